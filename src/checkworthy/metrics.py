@@ -1,0 +1,93 @@
+"""Evaluation metrics, pure functions on label arrays (0 = not check-worthy, 1 = check-worthy).
+
+Computed here rather than with scikit-learn so that each figure is one readable formula;
+``tests/test_metrics.py`` checks them against hand-computed cases and scikit-learn.
+A class with no predicted (or no gold) members gets precision (or recall) 0, as
+scikit-learn's ``zero_division=0`` does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+CLASSES = (0, 1)
+
+
+def _safe_div(a: float, b: float) -> float:
+    return float(a) / float(b) if b else 0.0
+
+
+def per_class(y_true: ArrayLike, y_pred: ArrayLike) -> dict[int, dict[str, float]]:
+    """Precision, recall, F1 and support for each class."""
+    t = np.asarray(y_true, dtype=int)
+    p = np.asarray(y_pred, dtype=int)
+    out: dict[int, dict[str, float]] = {}
+    for cls in CLASSES:
+        tp = np.sum((p == cls) & (t == cls))
+        precision = _safe_div(tp, np.sum(p == cls))
+        recall = _safe_div(tp, np.sum(t == cls))
+        f1 = _safe_div(2 * precision * recall, precision + recall)
+        out[cls] = {
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
+            "support": float(np.sum(t == cls)),
+        }
+    return out
+
+
+def weighted_f1(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Class F1 averaged with weights equal to each class's gold support (the paper's metric)."""
+    pc = per_class(y_true, y_pred)
+    total = sum(v["support"] for v in pc.values())
+    return _safe_div(sum(v["f1"] * v["support"] for v in pc.values()), total)
+
+
+def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Share of decisions on the right side of the threshold."""
+    t = np.asarray(y_true, dtype=int)
+    return _safe_div(np.sum(t == np.asarray(y_pred, dtype=int)), len(t))
+
+
+def positive_rate(y: ArrayLike) -> float:
+    """Share of 1s (gold or predicted positive rate)."""
+    y = np.asarray(y, dtype=int)
+    return _safe_div(np.sum(y == 1), len(y))
+
+
+def mean_score_by_class(y_true: ArrayLike, scores: ArrayLike) -> dict[int, float]:
+    """Mean score on gold negatives and on gold positives (NaN for an empty class)."""
+    t = np.asarray(y_true, dtype=int)
+    s = np.asarray(scores, dtype=float)
+    return {cls: float(s[t == cls].mean()) if np.any(t == cls) else float("nan") for cls in CLASSES}
+
+
+def interval_coverage(
+    y_true: ArrayLike, lo: ArrayLike, hi: ArrayLike
+) -> dict[str, float]:
+    """Share of claims whose gold label lies in ``[lo, hi]``, per class and overall.
+
+    This is the paper's coverage: the interval is read as a statement about the label.
+    """
+    t = np.asarray(y_true, dtype=float)
+    covered = (np.asarray(lo) <= t) & (t <= np.asarray(hi))
+    out = {"all": float(covered.mean()) if len(t) else float("nan")}
+    for cls in CLASSES:
+        m = t == cls
+        out[str(cls)] = float(covered[m].mean()) if np.any(m) else float("nan")
+    return out
+
+
+def classification_report(y_true: ArrayLike, y_pred: ArrayLike) -> dict[str, float]:
+    """Flat metric rows ``{name: value}``: weighted F1, accuracy, rates, per-class P/R/F1."""
+    out = {
+        "weighted_f1": weighted_f1(y_true, y_pred),
+        "accuracy": accuracy(y_true, y_pred),
+        "predicted_positive_rate": positive_rate(y_pred),
+        "gold_positive_rate": positive_rate(y_true),
+    }
+    for cls, m in per_class(y_true, y_pred).items():
+        for name in ("precision", "recall", "f1"):
+            out[f"{name}_{cls}"] = m[name]
+    return out

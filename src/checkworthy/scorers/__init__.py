@@ -1,0 +1,1 @@
+"""Scorers: every predictor J behind one interface (see ``base.Scorer``)."""

@@ -1,0 +1,46 @@
+"""The one interface every predictor implements.
+
+A scorer maps claim texts to check-worthiness scores in [0, 1]. It never invents a
+score: an output that cannot be parsed, is not a number or lies outside [0, 1] is
+returned with ``score=None`` and a ``status`` saying why, the raw text kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+#: parse statuses stored with every prediction
+OK = "ok"
+UNPARSEABLE = "unparseable"
+NOT_A_NUMBER = "not_a_number"
+OUT_OF_RANGE = "out_of_range"
+ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Score:
+    """One model output for one claim under one score kind."""
+
+    score: float | None
+    status: str
+    raw: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+class Scorer(Protocol):
+    """A predictor J. ``identity`` names it in the store; ``params`` are its generation parameters."""
+
+    #: e.g. "embedded:gemma3-270m", "ollama:gemma3:1b"
+    spec: str
+    #: score kinds this scorer yields from one call, e.g. ("verbalised", "token_prob")
+    score_kinds: tuple[str, ...]
+
+    def params(self) -> dict[str, Any]:
+        """Generation parameters, stored with every score (their hash is part of the cache key)."""
+        ...
+
+    def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
+        """Score texts; one dict per text mapping each score kind to its ``Score``."""
+        ...

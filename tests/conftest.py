@@ -1,0 +1,66 @@
+"""One embedded Postgres (real, with pgvector) per test session, migrated by Alembic."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from checkworthy.config import ROOT, VAR_DIR, quiet_offline_env
+
+quiet_offline_env()
+
+SHARED = ROOT.parent / "shared" / "datasets"
+
+
+def raw_path(*parts: str) -> Path:
+    """A raw dataset file: the project's copy under data/raw, else ../shared/datasets."""
+    own = ROOT / "data" / "raw" / Path(*parts)
+    return own if own.exists() else SHARED / Path(*parts)
+
+
+@pytest.fixture(scope="session")
+def db_url() -> str:
+    """A fresh cluster per session under var/ (the server runs as its own OS user when we are
+    root, so it must be able to reach its folder; pytest's 0700 tmp dirs would lock it out)."""
+    from checkworthy.db import embedded_url
+
+    if os.environ.get("TEST_DATABASE_URL"):
+        return os.environ["TEST_DATABASE_URL"]
+    pgdata = VAR_DIR / f"pg-test-{os.getpid()}"
+    return embedded_url(pgdata, database="checkworthy_test", cleanup_mode="delete")
+
+
+@pytest.fixture(scope="session")
+def engine(db_url):
+    from checkworthy.db import get_engine
+
+    eng = get_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def project_data() -> None:
+    """A fresh clone has no data/: pull it with real DVC from the project's own remote."""
+    from checkworthy.versioning import ensure_data
+
+    ensure_data()
+
+
+@pytest.fixture()
+def use_db(db_url, engine, monkeypatch):
+    """Point the CLI (which reads DATABASE_URL) at the test database."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    return engine
+
+
+def table_counts(engine) -> dict[str, int]:
+    """Row counts of every table, to show that a failed command wrote nothing."""
+    from sqlalchemy import text
+
+    tables = ["texts", "claims", "labels", "embeddings", "models", "predictions", "label_sets",
+              "label_set_items", "calibration_runs", "calibrated_results", "evaluation_metrics"]
+    with engine.connect() as conn:
+        return {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in tables}

@@ -1,0 +1,487 @@
+"""Loaders and splits against the real ClaimBuster / CLEF 2024 files and tiny broken ones."""
+
+from __future__ import annotations
+
+import csv
+import pickle
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from checkworthy.datasets import (
+    CLAIMBUSTER,
+    CLEF,
+    KNOWN_SHA256,
+    Claim,
+    LoadReport,
+    build_splits,
+    claimbuster_split,
+    load_claimbuster,
+    load_clef,
+    normalise_text,
+    sha256_file,
+    shared_texts,
+)
+from checkworthy.errors import DataError
+
+REPO = Path(__file__).resolve().parents[1]
+RAW_DIRS = (REPO / "data" / "raw", Path("/work/shared/datasets"))
+
+CB_FILE = "claimbuster/crowdsourced.csv"
+CLEF_FILES = {s: f"clef2024/CT24_checkworthy_english_{s}.tsv" for s in ("train", "dev", "dev-test")}
+NAME_LINES = {205: "8383", 839: "10112", 2642: "24520", 10606: "770", 12175: "24666", 22070: "25424"}
+
+
+def raw_file(rel: str) -> Path:
+    """The project's copy under data/raw if present, else the shared original; skip if neither."""
+    for base in RAW_DIRS:
+        if (base / rel).is_file():
+            return base / rel
+    pytest.skip(f"{rel} not found under {[str(b) for b in RAW_DIRS]}")
+
+
+# --------------------------------------------------------------------------- fixtures (real files)
+
+
+@pytest.fixture(scope="module")
+def cb() -> tuple[list[Claim], LoadReport]:
+    return load_claimbuster(raw_file(CB_FILE), expected_sha256=KNOWN_SHA256["crowdsourced.csv"])
+
+
+@pytest.fixture(scope="module")
+def clef() -> dict[str, tuple[list[Claim], LoadReport]]:
+    out = {}
+    for split, rel in CLEF_FILES.items():
+        path = raw_file(rel)
+        out[split] = load_clef(path, split, expected_sha256=KNOWN_SHA256.get(path.name))
+    return out
+
+
+def by_id(claims: list[Claim]) -> dict[str, Claim]:
+    return {c.source_id: c for c in claims}
+
+
+# --------------------------------------------------------------------------- ClaimBuster
+
+
+def test_claimbuster_counts(cb):
+    claims, report = cb
+    assert report.rows_read == report.rows_kept == len(claims) == 22_501
+    assert report.dropped == []
+    per_split = {s: [c for c in claims if c.split == s] for s in ("2012", "2016", "other")}
+    assert {s: (len(v), sum(c.label for c in v)) for s, v in per_split.items()} == {
+        "2012": (2_487, 657),
+        "2016": (2_745, 728),
+        "other": (17_269, 4_028),
+    }
+    assert "sha256 matches the expected value" in report.notes
+
+
+def test_claimbuster_label_is_verdict_one(cb):
+    claims, _ = cb
+    assert Counter(c.extra["Verdict"] for c in claims) == {-1: 14_685, 0: 2_403, 1: 5_413}
+    assert all(c.label == int(c.extra["Verdict"] == 1) for c in claims)
+    assert all(c.split == claimbuster_split(c.extra["File_id"]) for c in claims)
+
+
+def test_claimbuster_conflicts_reported_and_kept(cb):
+    claims, report = cb
+    conflict_ids = {frozenset(d.source_ids) for d in report.conflicts}
+    assert conflict_ids == {
+        frozenset(p)
+        for p in [
+            ("39", "63"),
+            ("40", "64"),
+            ("19096", "20136"),
+            ("27908", "27910"),
+            ("29254", "29256"),
+            ("34258", "34260"),
+        ]
+    }
+    ids = by_id(claims)
+    assert all(i in ids for group in conflict_ids for i in group)  # kept, not dropped
+    assert Counter(s for d in report.conflicts for s in set(d.splits)) == {"other": 3, "2012": 1, "2016": 2}
+    assert not [d for d in report.duplicates if d.kind == "id"]
+
+
+def test_claimbuster_defects(cb):
+    claims, report = cb
+    ids = by_id(claims)
+    # doubled quotes decoded
+    assert ids["14683"].text.startswith(
+        'I really can\'t believe Mr. Bush is still trying to make trust an issue after "read my lips" and'
+    )
+    assert all('""' not in c.text for c in claims)
+    # trailing space stripped and reported
+    assert (
+        ids["2242"].text
+        == "We do have to lower the cost of health care, not just in Medicare and Medicaid..."
+    )
+    assert any(r.row == 1588 and r.field == "Text" and "strip" in r.action for r in report.repairs)
+    assert all("\r" not in c.text and c.text == c.text.strip() and c.text for c in claims)
+
+
+def test_claimbuster_parser_agrees_with_csv_module(cb):
+    claims, _ = cb
+    with open(raw_file(CB_FILE), newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["Sentence_id"], r["Text"].strip(), r["File_id"]) for r in rows] == [
+        (c.source_id, c.text, c.extra["File_id"]) for c in claims
+    ]
+
+
+# --------------------------------------------------------------------------- CLEF 2024
+
+
+def test_clef_train_counts(clef):
+    claims, report = clef["train"]
+    assert report.rows_read == 22_501
+    yes_before_drop = sum(c.label for c in claims)  # the dropped rows are all "No" (checked below)
+    assert yes_before_drop == 5_413
+    assert report.rows_kept == len(claims) == 22_501 - 6
+    assert "sha256 matches the expected value" in report.notes
+
+
+def test_clef_dev_test_counts(clef):
+    claims, report = clef["dev-test"]
+    assert report.rows_read == report.rows_kept == len(claims) == 318
+    assert sum(c.label for c in claims) == 108
+    assert {c.split for c in claims} == {"dev-test"}
+    assert "sha256 matches the expected value" in report.notes
+    dev, _ = clef["dev"]
+    assert (len(dev), sum(c.label for c in dev)) == (1_032, 238)
+
+
+def test_clef_glued_line_split(clef):
+    claims, report = clef["train"]
+    ids = by_id(claims)
+    assert ids["24098"].text == "We've got to invest and grow." and ids["24098"].label == 0
+    assert ids["29286"].text == "You can't bring back jobs." and ids["29286"].label == 0
+    assert ids["24098"].extra["line"] == ids["29286"].extra["line"] == 16877
+    glued = [r for r in report.repairs if r.field == "class_label"]
+    assert len(glued) == 1 and glued[0].row == 16877 and "'No29286'" in glued[0].action
+    assert all(c.source_id.isdigit() for c in claims)
+
+
+def test_clef_name_rows_dropped(clef, cb):
+    claims, report = clef["train"]
+    assert {d.row for d in report.dropped} == set(NAME_LINES)
+    assert all("#NAME?" in d.reason for d in report.dropped)
+    assert all(f"id {NAME_LINES[d.row]}" in d.reason for d in report.dropped)
+    assert not any(c.text.startswith("#") for c in claims)
+    # the lost texts are in ClaimBuster under the same id, all "No" there too (hence 5,413 Yes stays)
+    cb_ids = by_id(cb[0])
+    assert [cb_ids[i].label for i in NAME_LINES.values()] == [0] * 6
+    assert all(cb_ids[i].text.startswith("-") for i in NAME_LINES.values())
+
+
+def test_clef_crlf_and_quotes(clef):
+    for split in ("dev", "dev-test"):
+        claims, report = clef[split]
+        assert all("\r" not in c.text and "\r" not in c.source_id for c in claims)
+        n = {"dev": 1_032, "dev-test": 318}[split]
+        assert any(r.row is None and f"{n:,} CRLF" in r.action for r in report.repairs)
+    train = by_id(clef["train"][0])
+    assert train["19099"].text == (
+        "Now, let's balance the budget and protect Medicare, Medicaid, education and the environment."
+    )
+    assert train["6221"].text == 'I don\'t know how you vote "present" on some of that.'
+    assert train["21150"].text == (
+        'I believe that -- I believe they\'ve moved that sign, "The buck stops here" '
+        'from the Oval Office desk to "The buck stops here" on the Lincoln bedroom.'
+    )
+    assert by_id(clef["dev"][0])["26"].text == 'You know, I saw a movie - "Crocodile Dundee."'
+    assert any("11,234 CSV-style quoted" in r.action for r in clef["train"][1].repairs)
+
+
+def test_clef_backslash_debris_kept_and_noted(clef):
+    claims, report = clef["dev-test"]
+    ids = by_id(claims)
+    assert (
+        ids["37802"].text
+        == 'Many of your Democrat Governors said, \\President Trump did a phenomenal job.\\""'
+    )
+    assert any("backslash" in n and "id 37802" in n and "id 38777" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("split", ["train", "dev", "dev-test"])
+def test_clef_parser_agrees_with_csv_module(clef, split):
+    claims, _ = clef[split]
+    with open(raw_file(CLEF_FILES[split]), newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh, delimiter="\t"))[1:]
+    expected = []
+    for r in rows:
+        if len(r) == 5:  # the glued line
+            r = [r[0], r[1], r[2][:2]], [r[2][2:], r[3], r[4]]
+        else:
+            r = (r,)
+        expected += [(x[0], x[1].strip(), x[2] == "Yes") for x in r if x[1] != "#NAME?"]
+    assert expected == [(c.source_id, c.text, bool(c.label)) for c in claims]
+
+
+def test_clef_duplicates_reported(clef):
+    _, train = clef["train"]
+    assert len(train.conflicts) == 6
+    assert not [d for d in train.duplicates if d.kind == "id"]
+    _, dev = clef["dev"]
+    assert [d.source_ids for d in dev.duplicates] == [("6784", "23611")]
+
+
+def test_clef_train_is_claimbuster_relabelled(clef, cb):
+    """The leakage warning in the notes: same ids, same texts, Yes iff Verdict == 1."""
+    cb_ids = by_id(cb[0])
+    train = clef["train"][0]
+    assert all(
+        c.source_id in cb_ids and cb_ids[c.source_id].text == c.text and cb_ids[c.source_id].label == c.label
+        for c in train
+    )
+    assert len(shared_texts(train, [c for c in cb[0] if c.split == "2016"])) > 2_000
+
+
+def test_reports_summarise(cb, clef):
+    text = clef["train"][1].summary()
+    assert "read 22,501 rows, kept 22,495" in text and "line 16877" in text and "#NAME?" in text
+    assert "CONFLICT" in cb[1].summary()
+
+
+def test_sha256_file_and_mismatch_note(tmp_path):
+    path = raw_file(CLEF_FILES["dev-test"])
+    assert sha256_file(path) == KNOWN_SHA256[path.name]
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes() + b"\r\n")
+    claims, report = load_clef(copy, "dev-test", expected_sha256=KNOWN_SHA256[path.name])
+    assert len(claims) == 318  # a mismatch is a note, not an error
+    assert any("MISMATCH" in n for n in report.notes)
+
+
+# --------------------------------------------------------------------------- splits
+
+
+@pytest.fixture(scope="module")
+def cb_splits(cb):
+    return build_splits(CLAIMBUSTER, cb[0], seed=20240101)
+
+
+@pytest.fixture(scope="module")
+def clef_claims(clef):
+    return clef["train"][0] + clef["dev-test"][0]
+
+
+def test_claimbuster_splits(cb, cb_splits):
+    cal, test = cb_splits["calibration"], cb_splits["test"]
+    assert len(cal) == 1_314 and Counter(c.label for c in cal) == {0: 657, 1: 657}
+    assert {c.split for c in cal} == {"2012"}
+    assert {c.source_id for c in cb[0] if c.split == "2012" and c.label} <= {c.source_id for c in cal}
+    assert (len(test), sum(c.label for c in test)) == (2_745, 728)
+    assert cb_splits["excluded"] == [] and len(cb_splits["pool"]) == 2_487
+    assert shared_texts(cal, test) == {}
+    assert shared_texts(cb_splits["pool"], test) == {}
+
+
+def test_clef_splits(clef_claims):
+    sp = build_splits(CLEF, clef_claims, seed=20240101)
+    cal, test = sp["calibration"], sp["test"]
+    assert len(cal) == 2_406 and Counter(c.label for c in cal) == {0: 1_203, 1: 1_203}
+    assert {c.split for c in cal} == {"train"}
+    assert (len(test), sum(c.label for c in test)) == (318, 108)
+    assert shared_texts(cal, test) == {}
+    # train and dev-test share 3 short texts (6 train rows): set aside before sampling
+    train = [c for c in clef_claims if c.split == "train"]
+    overlap = shared_texts(train, test)
+    assert sorted(overlap) == ["can i respond to that", "i ll give you an example", "why didn t you do it"]
+    assert sorted(c.source_id for c in sp["excluded"]) == sorted(
+        ["18148", "7316", "29668", "13696", "32578", "32577"]
+    )
+    assert len(sp["pool"]) == 22_495 - 6
+
+
+def test_splits_deterministic(cb, clef_claims, cb_splits):
+    def ids(sp):
+        return [c.source_id for c in sp["calibration"]]
+
+    assert ids(build_splits(CLAIMBUSTER, cb[0], seed=20240101)) == ids(cb_splits)
+    assert ids(build_splits(CLAIMBUSTER, cb[0], seed=7)) != ids(cb_splits)
+    a = build_splits(CLEF, clef_claims, seed=1)
+    assert ids(a) == ids(build_splits(CLEF, clef_claims, seed=1))
+    assert ids(a) != ids(build_splits(CLEF, clef_claims, seed=2))
+    # file order is kept
+    lines = [c.extra["line"] for c in cb_splits["calibration"]]
+    assert lines == sorted(lines)
+
+
+def test_build_splits_errors(cb, clef):
+    with pytest.raises(ValueError, match="unknown dataset"):
+        build_splits("fever", cb[0], seed=0)
+    with pytest.raises(ValueError, match="dev-test"):
+        build_splits(CLEF, clef["train"][0], seed=0)  # test file not loaded
+    with pytest.raises(ValueError, match="too few"):
+        build_splits(CLAIMBUSTER, cb[0], seed=0, n_per_class=700)
+
+
+def test_shared_texts_normalises():
+    def c(i, t):
+        return Claim("x", i, t, 0, "s")
+
+    assert normalise_text("  We DON'T know\u00a0who the rebels are!") == "we don t know who the rebels are"
+    assert shared_texts([c("1", "Thank you."), c("2", "Hello")], [c("9", "thank  you")]) == {
+        "thank you": (("1",), ("9",))
+    }
+    assert shared_texts([c("1", "...")], [c("2", "?!")]) == {}
+
+
+# --------------------------------------------------------------------------- records
+
+
+def test_claim_record():
+    a = Claim("clef2024", "1", "t", 1, "train", {"line": 2})
+    assert hash(a) == hash(Claim("clef2024", "1", "t", 1, "train", {"line": 3}))
+    with pytest.raises(ValueError):
+        Claim("clef2024", "1", "t", 2, "train")
+    with pytest.raises(AttributeError):
+        a.text = "u"  # type: ignore[misc]
+
+
+def test_data_error_fields():
+    e = DataError("data/x.csv", 12, "label", "must be 0 or 1, got '2'")
+    assert isinstance(e, ValueError)
+    assert str(e) == "data/x.csv, row 12, field 'label': must be 0 or 1, got '2'"
+    assert (e.file, e.row, e.field) == ("data/x.csv", 12, "label")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert (str(e2), e2.row, e2.field) == (str(e), 12, "label")
+
+
+# --------------------------------------------------------------------------- tiny files
+
+CLEF_HEADER = b"Sentence_id\tText\tclass_label\n"
+CB_HEADER = b"Sentence_id,Text,Speaker,File_id,Verdict\n"
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_tiny_clef_repairs(tmp_path):
+    data = (
+        b"\xef\xbb\xbf"
+        + CLEF_HEADER.replace(b"\n", b"\r\n")
+        + b'1\t"Say ""hi"", now."\tYes\r\n'
+        + b'2\tA\tNo3\tB\tYes4\t"C, c"\tNo\r\n'  # two glues on one line
+        + b"5\t#NAME?\tNo\r\n"
+        + b"6\t   \tNo\r\n"
+        + b"7\t padded \tYes"  # no final newline
+    )
+    claims, report = load_clef(write(tmp_path, "t.tsv", data), "train")
+    assert [(c.source_id, c.text, c.label, c.extra["line"]) for c in claims] == [
+        ("1", 'Say "hi", now.', 1, 2),
+        ("2", "A", 0, 3),
+        ("3", "B", 1, 3),
+        ("4", "C, c", 0, 3),
+        ("7", "padded", 1, 6),
+    ]
+    assert report.rows_read == 7 and report.rows_kept == 5
+    assert [(d.row, "#NAME?" in d.reason) for d in report.dropped] == [(4, True), (5, False)]
+    actions = " | ".join(r.action for r in report.repairs)
+    for needle in ("byte-order mark", "5 CRLF", "'No3'", "'Yes4'", "stripped", "unquoted 2"):
+        assert needle in actions
+
+
+def test_tiny_claimbuster_repairs(tmp_path):
+    data = CB_HEADER + (
+        b'1,"He said ""no"", twice.",A,2012-10-03.txt,1\r\n'
+        b"2,#NAME?,A,2016-10-09.txt,-1\r\n"
+        b'3,"multi\nline",B,1960.txt,0\r\n'
+        b"4,,B,1960.txt,0\r\n"
+        b"5,Same.,B,2016-10-09.txt,1\r\n"
+        b"6,same,B,2016-10-09.txt,-1\r\n"
+    )
+    claims, report = load_claimbuster(write(tmp_path, "c.csv", data))
+    assert [(c.source_id, c.text, c.label, c.split, c.extra["line"]) for c in claims] == [
+        ("1", 'He said "no", twice.', 1, "2012", 2),
+        ("3", "multi\nline", 0, "other", 4),
+        ("5", "Same.", 1, "2016", 7),
+        ("6", "same", 0, "2016", 8),
+    ]
+    assert [d.row for d in report.dropped] == [3, 6]
+    assert [d.source_ids for d in report.conflicts] == [("5", "6")]
+
+
+# --------------------------------------------------------------------------- malformed input
+
+
+def assert_data_error(exc: pytest.ExceptionInfo[DataError], path: Path, row: int, field: str) -> None:
+    e = exc.value
+    assert (e.file, e.row, e.field) == (str(path), row, field)
+    msg = str(e)
+    assert str(path) in msg and f"row {row}" in msg and repr(field) in msg
+
+
+CLEF_BAD = {
+    "missing column": (b"Sentence_id\tText\n1\tA\n", 1, "class_label", "required column"),
+    "bad label": (CLEF_HEADER + b"1\tA\tNo\n2\tB\tMaybe\n", 3, "class_label", "'Maybe'"),
+    "lowercase label": (CLEF_HEADER + b"1\tA\tyes\n", 2, "class_label", "'Yes' or 'No'"),
+    "non-utf8": (CLEF_HEADER + b"1\tA\tNo\n2\tcaf\xe9\tNo\n", 3, "Text", "0xe9"),
+    "nul byte": (CLEF_HEADER + b"1\tA\x00B\tNo\n", 2, "Text", "NUL"),
+    "too few fields": (CLEF_HEADER + b"1\tA\tNo\n2\tB\n", 3, "class_label", "expected 3 fields, got 2"),
+    "too many fields": (
+        CLEF_HEADER + b"1\tA\tNo\tX\n",
+        2,
+        "#4 (beyond the last column 'class_label')",
+        "got 4",
+    ),
+    "glue-like but short": (
+        CLEF_HEADER + b"1\tA\tNo2\tB\n",
+        2,
+        "#4 (beyond the last column 'class_label')",
+        "got 4",
+    ),
+    "unclosed quote": (CLEF_HEADER + b'1\t"A\tNo\n2\tB\tNo\n', 2, "Text", "never closed"),
+    "stray quote": (CLEF_HEADER + b'1\t"A"B\tNo\n', 2, "Text", "after the closing quote"),
+    "bad id": (CLEF_HEADER + b"x1\tA\tNo\n", 2, "Sentence_id", "integer id"),
+    "empty id": (CLEF_HEADER + b"\tA\tNo\n", 2, "Sentence_id", "integer id"),
+    "empty file": (b"", 1, None, "empty"),
+    "duplicate column": (b"Sentence_id\tText\tText\tclass_label\n", 1, "Text", "more than once"),
+    "utf16 file": ("Sentence_id\tText\tclass_label\n".encode("utf-16"), 1, "header field #1", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLEF_BAD))
+def test_clef_malformed_raises(tmp_path, case):
+    data, row, field, needle = CLEF_BAD[case]
+    path = write(tmp_path, "bad.tsv", data)
+    with pytest.raises(DataError) as exc:
+        load_clef(path, "train")
+    if field is None:
+        assert (exc.value.file, exc.value.row, exc.value.field) == (str(path), row, None)
+    else:
+        assert_data_error(exc, path, row, field)
+    if needle:
+        assert needle in str(exc.value)
+
+
+CB_BAD = {
+    "missing column": (b"Sentence_id,Text,File_id\n1,A,2012.txt\n", 1, "Verdict", "required column"),
+    "bad verdict": (CB_HEADER + b"1,A,S,2012.txt,1\n2,B,S,2012.txt,2\n", 3, "Verdict", "got '2'"),
+    "non-utf8": (CB_HEADER + b"1,A,S\xff,2012.txt,1\n", 2, "Speaker", "0xff"),
+    "nul byte": (CB_HEADER + b"1,A,S,2012.txt,1\x00\n", 2, "Verdict", "NUL"),
+    "too few fields": (CB_HEADER + b'1,"A, b",S,2012.txt\n', 2, "Verdict", "expected 5 fields, got 4"),
+    "row after multiline": (CB_HEADER + b'1,"A\nB",S,2012.txt,1\n2,C,S,2012.txt\n', 4, "Verdict", "got 4"),
+    "bad id": (CB_HEADER + b"1.5,A,S,2012.txt,1\n", 2, "Sentence_id", "integer id"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CB_BAD))
+def test_claimbuster_malformed_raises(tmp_path, case):
+    data, row, field, needle = CB_BAD[case]
+    path = write(tmp_path, "bad.csv", data)
+    with pytest.raises(DataError) as exc:
+        load_claimbuster(path)
+    assert_data_error(exc, path, row, field)
+    assert needle in str(exc.value)
+
+
+def test_clef_split_name_required(tmp_path):
+    with pytest.raises(ValueError):
+        load_clef(write(tmp_path, "t.tsv", CLEF_HEADER), "")
