@@ -38,7 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print()
         print(report.console_table(rows))
         name = args.name or time.strftime("run-%Y%m%d-%H%M%S")
-        path = report.save_report(conn, name, run_ids, REPORTS_DIR)
+        path = report.save_report(conn, name, run_ids, Path(args.reports_dir),
+                                  options=report.AnalysisOptions.from_params(params.get("report")))
     print(f"\nreport: {path}\nwall time: {time.monotonic() - t0:.0f} s")
     return 0
 
@@ -65,21 +66,82 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Re-render a stored report (by report name or id) from the store."""
-    from sqlalchemy import text
+    """Re-render a stored report (by name or id) from the store; ``run:<ids>`` reports given runs.
 
+    The Markdown (or, with ``--html``, the self-contained HTML page) goes to stdout, byte for
+    byte what the stored report holds; ``--out DIR`` writes the whole report directory instead
+    (report.md, report.html, figures/, plots/, metrics.json) under ``DIR/<name>/``.
+    """
     from checkworthy import report
 
     engine = _engine()
     with engine.begin() as conn:
-        row = conn.execute(
-            text("SELECT name, run_ids FROM reports WHERE name = :n OR CAST(id AS text) = :n "
-                 "ORDER BY id DESC LIMIT 1"), {"n": args.run}).first()
+        if args.run.startswith("run:"):
+            try:
+                ids = sorted({int(x) for x in args.run[4:].split(",") if x.strip()})
+            except ValueError:
+                print(f"error: expected run:<id>[,<id>...], got {args.run!r}", file=sys.stderr)
+                return 2
+            name = "runs-" + "-".join(map(str, ids))
+            row = report.stored_report(conn, name)
+            if row is None and ids:  # first report of these runs: analyse and store it
+                report.save_report(conn, name, ids, Path(args.out or REPORTS_DIR))
+                row = report.stored_report(conn, name)
+        else:
+            row = report.stored_report(conn, args.run)
         if row is None:
             print(f"no stored report named {args.run!r}", file=sys.stderr)
             return 2
-        print(report.markdown(conn, row.run_ids, title=f"checkworthy report: {row.name}"))
+        built = report.rerender(conn, row)
+        if args.out:
+            path = report.write_report_dir(built, Path(args.out) / row["name"])
+            print(f"report: {path}")
+        else:
+            sys.stdout.write(built.html() if args.html else built.markdown)
     return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Why a claim got its decision: the lineage from the audit views (see docs/audit.md)."""
+    from checkworthy.audit import explain, find_claims, format_decision
+
+    engine = _engine()
+    with engine.connect() as conn:
+        ids = find_claims(conn, args.claim, args.dataset)
+        if not ids:
+            print(f"no claim {args.claim!r}" + (f" in dataset {args.dataset!r}" if args.dataset else ""),
+                  file=sys.stderr)
+            return 2
+        decisions = explain(conn, ids, args.run)
+    if not decisions:
+        print(f"claim {args.claim!r} has no calibrated decision"
+              + (f" in run {args.run}" if args.run else ""), file=sys.stderr)
+        return 1
+    print("\n\n".join(format_decision(d) for d in decisions))
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """Score a CSV of claims with any model spec; store the scores like the main job does."""
+    from checkworthy.score_cli import run_score
+    from checkworthy.scorers.ollama_backend import BackendError
+
+    try:
+        return run_score(args, _engine)
+    except (ValueError, FileNotFoundError, BackendError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_train_classifier(args: argparse.Namespace) -> int:
+    """Train the leakage-free classifier artefact and print its test F1."""
+    from checkworthy.score_cli import run_train
+
+    try:
+        return run_train(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the main job: score, embed, calibrate, report")
     r.add_argument("--params", default=str(Path("params.yaml")))
     r.add_argument("--name", help="report name (default: run-<timestamp>)")
+    r.add_argument("--reports-dir", default=str(REPORTS_DIR))
     r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_run)
 
@@ -102,8 +165,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_calibrate)
 
     rep = sub.add_parser("report", help="re-render a stored report")
-    rep.add_argument("run", help="report name or id")
+    rep.add_argument("run", help="report name or id, or run:<calibration run id>[,<id>...]")
+    rep.add_argument("--html", action="store_true", help="print the self-contained HTML page instead")
+    rep.add_argument("--out", help="write the report directory (md, html, figures, plots, metrics.json) "
+                                   "under OUT/<name>/ instead of printing")
     rep.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("explain", help="why a claim got its decision (audit lineage)")
+    ex.add_argument("claim", help="the claim's source id (as in the input file), or id:<claim id>")
+    ex.add_argument("--dataset", help="only claims of this dataset (source ids may repeat across datasets)")
+    ex.add_argument("--run", type=int, help="only this calibration run (default: every run, newest first)")
+    ex.set_defaults(func=cmd_explain)
+
+    from checkworthy.score_cli import add_score_arguments, add_train_arguments
+
+    sc = sub.add_parser("score", help="score a CSV (id,text) with any model spec")
+    add_score_arguments(sc)
+    sc.set_defaults(func=cmd_score)
+
+    tc = sub.add_parser("train-classifier", help="train the leakage-free MiniLM classifier")
+    add_train_arguments(tc)
+    tc.set_defaults(func=cmd_train_classifier)
     return p
 
 

@@ -14,8 +14,8 @@ Registry (:data:`CORRECTIONS`, keyed by CLI name):
 ``raw``         the model score ``c_i`` (the paper's Baseline).
 ``knn``         the neighbours' mean label (the paper's KNN baseline).
 ``paper``       ``c_i + mean r_j``, unclipped (the paper's NN-PPI).
-``clipped``     ``paper`` clipped to [0, 1]. Same decisions at any threshold in (0, 1); better
-                probability estimate (Brier) and a better centre for intervals.
+``clipped``     ``paper`` clipped to [0, 1]. Same decisions at any threshold in (0, 1); a better
+                probability estimate (never a worse squared error).
 ``weighted``    residual mean with weights ``exp(-(d_ij - d_i1) / tau)``: nearer neighbours
                 count more; ``tau = inf`` is ``paper``.
 ``adaptive-k``  k chosen per claim, up to ``nb.k``: by the intersection-of-confidence-intervals
@@ -30,7 +30,8 @@ Registry (:data:`CORRECTIONS`, keyed by CLI name):
 
 :func:`select_by_cv` picks (method, k, parameters, threshold) by weighted F1 of leave-one-out
 predictions on ``L``. It takes a :class:`LabelledSet` and nothing else, so the choice cannot
-depend on test claims.
+depend on test claims. :func:`exclude_same_group` turns leave-one-out neighbour lists into
+leave-one-group-out ones (e.g. by debate) when L's claims have near-duplicates in L.
 
 Limits: every estimate treats ``L`` and the claims to correct as draws from one distribution;
 the paper's ``L`` is class-balanced and its test sets are not, so ``theta`` estimates the
@@ -69,6 +70,7 @@ __all__ = [
     "correction_shrink",
     "correction_weighted",
     "estimate_lambda",
+    "exclude_same_group",
     "select_by_cv",
 ]
 
@@ -221,6 +223,29 @@ class Neighbourhood:
         return self.dist[:, : self.k]
 
 
+def exclude_same_group(
+    nbr: ArrayLike, dist: ArrayLike | None, groups: ArrayLike, k: int
+) -> tuple[IntArray, FloatArray | None]:
+    """Leave-one-group-out neighbour lists for L: drop neighbours from the claim's own group.
+
+    Why: leave-one-out scores a labelled claim with neighbours from the same debate (or
+    near-duplicate talking points repeated across it), which test claims from new debates
+    lack; cross-validated F1 and conformal scores are then optimistic. Measured on ClaimBuster
+    (kNN only): leave-one-out CV F1 0.777 vs test 0.728, leave-debate-out 0.755 vs 0.732.
+    Pass ``nbr`` with spare columns (the k nearest of another group must be among them);
+    returns the first ``k`` such neighbours, nearest first. Raises if a row has fewer.
+    """
+    nbr = np.asarray(nbr)
+    groups = np.asarray(groups)
+    keep = groups[nbr] != groups[:, None]
+    short = int((keep.sum(axis=1) < k).sum())
+    if short:
+        raise ValueError(f"{short} claims have fewer than k={k} neighbours outside their group")
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+    out_d = None if dist is None else np.take_along_axis(np.asarray(dist, dtype=float), order, axis=1)
+    return np.take_along_axis(nbr, order, axis=1), out_d
+
+
 # ------------------------------------------------------------------------ corrections
 
 
@@ -247,8 +272,8 @@ def correction_clipped(nb: Neighbourhood) -> FloatArray:
     """NN-PPI clipped to [0, 1].
 
     Clipping never moves theta across a threshold in (0, 1), so decisions equal ``paper``'s;
-    it can only reduce ``|Y - theta|`` (Y is 0 or 1), so it is the better probability estimate
-    and interval centre.
+    it can only reduce ``|Y - theta|`` (Y is 0 or 1), so it is the better probability estimate.
+    (Conformal intervals still rank the unclipped theta: clipping ties distinct scores.)
     """
     return correction_paper(nb, clip=True)
 
@@ -482,7 +507,7 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
     "raw": [{}],
     "ppi++": [{"lam": None}],
     "shrink": [{"kappa": None}],
-    "weighted": [{"tau": t} for t in (0.01, 0.02, 0.05, 0.1)],
+    "weighted": [{"tau": t} for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)],
     "adaptive-k": [{"rule": "ici", "gamma": g} for g in (1.0, 2.0, 3.0)]
     + [{"rule": "radius", "rho": p} for p in (0.05, 0.1, 0.2)],
     "global": [{}],
@@ -539,6 +564,8 @@ def select_by_cv(
     output to trust. Leave-one-out neighbours of a labelled claim come from |L| - 1 claims,
     a negligible difference from the |L| a test claim sees.
     """
+    if not isinstance(cal, LabelledSet):
+        raise TypeError("select_by_cv takes the labelled set only (a LabelledSet), never claims to test")
     grid = DEFAULT_GRID if grid is None else grid
     unknown = set(grid) - set(CORRECTIONS)
     if unknown:

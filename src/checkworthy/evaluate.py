@@ -19,7 +19,7 @@ def metric_rows(y: ArrayLike, res: NNPPIResult) -> Iterator[tuple[str, str, str,
 
     ``class`` is '0', '1' or 'all'. Besides the classification figures: mean score by gold
     class (raw score for the baseline, theta for NN-PPI, kNN mean for KNN) and, for NN-PPI,
-    interval coverage per class and the mean interval width.
+    interval coverage per class and the mean interval width (overall and per gold class).
     """
     y = np.asarray(y, dtype=int)
     decisions = {"baseline": res.baseline_decision, "knn": res.knn_decision, "nnppi": res.decision}
@@ -35,7 +35,12 @@ def metric_rows(y: ArrayLike, res: NNPPIResult) -> Iterator[tuple[str, str, str,
             yield method, "mean_score", str(cls), value
     for cls, value in metrics.interval_coverage(y, res.ci_low, res.ci_high).items():
         yield "nnppi", "coverage", cls, value
-    yield "nnppi", "mean_width", "all", float(np.mean(res.ci_high - res.ci_low))
+    width = res.ci_high - res.ci_low
+    yield "nnppi", "mean_width", "all", float(np.mean(width))
+    for cls in metrics.CLASSES:  # per gold class: are the intervals wider where they miss more?
+        in_cls = y == cls
+        mean = float(np.mean(width[in_cls])) if np.any(in_cls) else float("nan")
+        yield "nnppi", "mean_width", str(cls), mean
     yield "nnppi", "n", "all", float(len(y))
 
 

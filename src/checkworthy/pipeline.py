@@ -63,19 +63,33 @@ class PreparedDataset:
 
 
 def prepare_dataset(
-    engine: Engine, name: str, seed: int, n_per_class: int | None, data_version_id: int | None
+    engine: Engine, name: str, seed: int, n_per_class: int | None, data_version_id: int | None,
+    limit: int | None = None, keep_corrections: bool = False,
 ) -> PreparedDataset:
-    """Load, split and store one dataset; freeze its calibration labels as a label set."""
+    """Load, split and store one dataset; freeze its calibration labels as a label set.
+
+    ``limit`` keeps only the first claims of each split (smoke runs); its label set gets its
+    own name so it is never mistaken for the full one. ``keep_corrections`` (the Prefect flows)
+    appends a file label only when the file itself changed, so re-running the job never undoes
+    a label the data team corrected (``checkworthy labels add``).
+    """
     claims, reports = load_dataset(name)
     splits = build_splits(name, claims, seed, n_per_class=n_per_class)
+    if limit:
+        splits = {key: value[:limit] for key, value in splits.items()}
 
     def new(c: Claim) -> store.NewClaim:
         return store.NewClaim(c.dataset, c.split, c.source_id, c.text, c.label)
 
+    if keep_corrections:
+        from checkworthy.labels import store_file_claims as store_claims
+    else:
+        store_claims = store.store_claims_with_labels
     with engine.begin() as conn:
-        cal = store.store_claims_with_labels(conn, [new(c) for c in splits["calibration"]], f"{name}:file")
-        test = store.store_claims_with_labels(conn, [new(c) for c in splits["test"]], f"{name}:file")
-        ls = store.create_label_set(conn, f"{name}:calibration:seed={seed}", cal, data_version_id)
+        cal = store_claims(conn, [new(c) for c in splits["calibration"]], f"{name}:file")
+        test = store_claims(conn, [new(c) for c in splits["test"]], f"{name}:file")
+        set_name = f"{name}:calibration:seed={seed}" + (f":limit={limit}" if limit else "")
+        ls = store.create_label_set(conn, set_name, cal, data_version_id)
     return PreparedDataset(name, ls, cal, test, reports)
 
 
@@ -149,7 +163,7 @@ def run_pipeline(
     prepared = {}
     for name in params["datasets"]:
         n_per_class = (params.get("sampling", {}).get(name) or {}).get("n_per_class")
-        ds = prepare_dataset(engine, name, params["seed"], n_per_class, dv)
+        ds = prepare_dataset(engine, name, params["seed"], n_per_class, dv, params.get("limit"))
         for report in ds.reports:
             echo(report.summary())
         echo(f"{name}: calibration set {len(ds.calibration_ids)} claims, test {len(ds.test_ids)}")

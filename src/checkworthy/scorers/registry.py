@@ -33,8 +33,58 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
 
         if name != "gemma3-270m":
             raise ValueError(f"unknown embedded model {name!r} (available: gemma3-270m)")
-        kwargs = {k: options[k] for k in ("batch_size", "temperature", "seed", "mode") if k in options}
+        from checkworthy.scorers.embedded_gemma import GREEDY, PAPER, Sampling
+
+        kwargs: dict[str, Any] = {k: options[k] for k in ("batch_size", "seed") if k in options}
+        kwargs["token_prob_only"] = options.get("mode") == "token_prob"
+        temperature = options.get("temperature")
+        if temperature is not None:
+            kwargs["sampling"] = GREEDY if temperature == 0 else Sampling(
+                temperature=float(temperature), top_k=PAPER.top_k, top_p=PAPER.top_p)
         if guidelines:
             kwargs["guidelines_path"] = guidelines
-        return EmbeddedGemmaScorer(**kwargs), prompt_info(guidelines)
-    raise ValueError(f"unknown model spec {spec!r}: expected embedded:, ollama:, openai:, classifier: or file:")
+        return EmbeddedGemmaScorer(progress=False, **kwargs), prompt_info(guidelines)
+    if kind == "ollama":
+        from checkworthy.scorers.ollama_backend import OllamaScorer
+
+        kwargs = _pick(options, "host", "mode", "sampling", "temperature", "top_k", "top_p", "seed",
+                       "num_predict", "num_ctx", "structured", "stream", "concurrency", "timeout",
+                       "connect_timeout", "keep_alive")
+        if guidelines:
+            kwargs["guidelines_path"] = guidelines
+        return OllamaScorer(name, retry=_retry_policy(options), **kwargs), prompt_info(guidelines)
+    if kind == "openai":
+        from checkworthy.scorers.openai_backend import OpenAIScorer
+
+        kwargs = _pick(options, "api", "api_version", "base_url", "temperature", "top_p", "seed",
+                       "max_tokens", "reasoning_effort", "response_format", "stream", "concurrency",
+                       "timeout")
+        if guidelines:
+            kwargs["guidelines_path"] = guidelines
+        return OpenAIScorer(name or None, retry=_retry_policy(options), **kwargs), prompt_info(guidelines)
+    if kind == "classifier":
+        from checkworthy.scorers.classifier import ClassifierScorer
+
+        if not name:
+            raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
+        return ClassifierScorer(name, **_pick(options, "root", "batch_size")), NO_PROMPT
+    if kind == "file":
+        from checkworthy.scorers.file_scorer import FileScorer
+
+        if not name:
+            raise ValueError("file: needs a CSV path, e.g. file:scores/gpt.csv")
+        return FileScorer(name, **_pick(options, "score_kind", "score_column")), NO_PROMPT
+    raise ValueError(f"unknown model spec {spec!r}: expected embedded:, ollama:, openai:, classifier: "
+                     "or file:")
+
+
+def _pick(options: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """The options a backend understands (params.yaml may hold settings meant for other backends)."""
+    return {k: options[k] for k in keys if options.get(k) is not None}
+
+
+def _retry_policy(options: dict[str, Any]) -> Any:
+    """A ``RetryPolicy`` from ``max_retries``, ``backoff``, ``backoff_max``, ``max_retry_after``."""
+    from checkworthy.scorers.ollama_backend import RetryPolicy
+
+    return RetryPolicy(**_pick(options, "max_retries", "backoff", "backoff_max", "max_retry_after"))

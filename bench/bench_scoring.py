@@ -1,0 +1,73 @@
+"""Throughput of the embedded Gemma 3 270M scorer on real claims (CLEF 2024 dev-test).
+
+Prints claims/s for verbalised (+token_prob) mode and token_prob-only mode at batch sizes 8 and
+16, after a warm-up batch, on the first N claims. Targets on 2 CPU cores: verbalised >= 4/s,
+token_prob >= 10/s.
+
+    .venv/bin/python bench/bench_scoring.py [--n 64] [--threads 2] [--batch-sizes 8 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from checkworthy.scorers.embedded_gemma import PAPER, EmbeddedGemmaScorer
+
+DATA = Path("/work/shared/datasets/clef2024/CT24_checkworthy_english_dev-test.tsv")
+
+
+def read_claims(path: Path, n: int) -> list[str]:
+    """First ``n`` texts of a CLEF TSV (header row, CRLF endings, CSV-style quoting)."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t"))
+    return [row[1] for row in rows[1:] if len(row) >= 2][:n]
+
+
+def run(scorer: EmbeddedGemmaScorer, claims: list[str], batch_size: int) -> tuple[float, list]:
+    scorer.batch_size = batch_size
+    scorer.score(claims[:batch_size])  # warm-up
+    start = time.perf_counter()
+    results = scorer.score(claims)
+    return len(claims) / (time.perf_counter() - start), results
+
+
+def summary(results: list, kind: str) -> str:
+    scores = [r[kind].score for r in results if r[kind].score is not None]
+    statuses = Counter(r[kind].status for r in results)
+    if not scores:
+        return f"{kind}: no scores {dict(statuses)}"
+    return (
+        f"{kind}: mean {statistics.mean(scores):.3f} min {min(scores):.3f} max {max(scores):.3f} "
+        f">=0.5: {sum(s >= 0.5 for s in scores)}/{len(scores)} statuses {dict(statuses)}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    claims = read_claims(DATA, args.n)
+    print(f"{len(claims)} claims, torch threads {torch.get_num_threads()}")
+    for token_prob_only in (False, True):
+        scorer = EmbeddedGemmaScorer(sampling=PAPER, token_prob_only=token_prob_only, progress=False)
+        mode = "token_prob only" if token_prob_only else "verbalised+token_prob"
+        print(f"prefix tokens: {len(scorer.prefix_ids)}")
+        for batch_size in args.batch_sizes:
+            rate, results = run(scorer, claims, batch_size)
+            print(f"{mode:>22} batch {batch_size:>2}: {rate:6.2f} claims/s")
+        for kind in scorer.score_kinds:
+            print("   ", summary(results, kind))
+
+
+if __name__ == "__main__":
+    main()

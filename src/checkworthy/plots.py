@@ -1,0 +1,177 @@
+"""The report's figures as deterministic PNG bytes (matplotlib, Agg, no pyplot state).
+
+Same data, same bytes: every figure is drawn on a fresh ``Figure`` under matplotlib's
+default style (whatever a local matplotlibrc says) plus the fixed settings below, at a fixed
+size and dpi, with the PNG metadata (software version, dates) left out. That keeps a
+re-rendered report identical to the stored one and lets tests compare PNGs by hash. Bytes
+still depend on the matplotlib and FreeType versions, which the pinned environment fixes.
+
+Functions take plain numbers (the report reads them from stored rows), never a database.
+"""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import matplotlib as mpl
+
+mpl.use("Agg")
+
+from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
+
+DPI = 100
+STYLE: dict[str, Any] = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "savefig.dpi": DPI,
+    "path.simplify": False,
+    "svg.hashsalt": "checkworthy",
+}
+#: colours and labels of the three methods, used by every figure
+METHOD_STYLE = {
+    "baseline": ("#7f7f7f", "Baseline (raw score)"),
+    "knn": ("#1f77b4", "KNN (label mean)"),
+    "nnppi": ("#d62728", "NN-PPI (theta)"),
+}
+K_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
+CLASS_STYLE = {"0": ("#4c72b0", "gold 0 (not check-worthy)"), "1": ("#dd8452", "gold 1 (check-worthy)")}
+
+Point = tuple[float, float]
+
+
+@contextmanager
+def _style():
+    with mpl.rc_context():
+        mpl.rcdefaults()
+        mpl.rcParams.update(STYLE)
+        yield
+
+
+def _title(text: str, width: int = 80) -> str:
+    """Long group names wrap instead of running off the figure."""
+    return textwrap.fill(text, width)
+
+
+def to_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes without metadata (so the bytes depend on the drawing only)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def f1_vs_k(
+    title: str, series: Mapping[str, Sequence[Point]], paper: Mapping[str, Sequence[Point]] | None = None,
+) -> bytes:
+    """Weighted F1 against k per method (lines), the paper's figures as hollow markers."""
+    with _style():
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
+        for method, pts in series.items():
+            colour, label = METHOD_STYLE.get(method, ("#000000", method))
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, marker="o", ms=3.5, lw=1.5, color=colour, label=label)
+        for method, pts in (paper or {}).items():
+            colour, label = METHOD_STYLE.get(method, ("#000000", method))
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, ls="none", marker="D", ms=6, mfc="none", mec=colour,
+                        label=f"paper: {label.split(' (')[0]}")
+        ks = sorted({x for pts in series.values() for x, _ in pts})
+        ax.set_xscale("log")
+        if ks:
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.minorticks_off()
+        ax.set_xlabel("k (neighbours, log scale)")
+        ax.set_ylabel("weighted F1")
+        ax.set_title(_title(title), fontsize=9)
+        ax.legend(fontsize=7, loc="best")
+        fig.tight_layout()
+        return to_png(fig)
+
+
+def f1_vs_size(title: str, series: Mapping[int, Sequence[tuple[float, float, float]]]) -> bytes:
+    """NN-PPI weighted F1 against |L| per k: mean over seeds with a +/- 1 sd band."""
+    with _style():
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
+        for i, (k, pts) in enumerate(sorted(series.items())):
+            if not pts:
+                continue
+            colour = K_COLOURS[i % len(K_COLOURS)]
+            xs, mean, sd = (list(v) for v in zip(*pts))
+            ax.plot(xs, mean, marker="o", ms=3.5, lw=1.5, color=colour, label=f"k={k}")
+            ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                            color=colour, alpha=0.15, lw=0)
+        ax.set_xlabel("|L| (labelled claims available as neighbours)")
+        ax.set_ylabel("NN-PPI weighted F1 (mean ± sd over seeds)")
+        ax.set_title(_title(title), fontsize=9)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        return to_png(fig)
+
+
+def reliability(
+    title: str, panels: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float, int]]]]],
+) -> bytes:
+    """Reliability diagrams: observed positive rate against mean value per bin, one panel each.
+
+    ``panels``: (panel title, {method: [(mean value, positive rate, count) per non-empty bin]}).
+    Marker area grows with the bin's count; the diagonal is perfect calibration.
+    """
+    n = max(len(panels), 1)
+    with _style():
+        fig = Figure(figsize=(3.2 * n, 3.4))
+        axes = fig.subplots(1, n, squeeze=False)[0]
+        for ax, (sub, methods) in zip(axes, panels):
+            ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="#999999")
+            total = sum(c for pts in methods.values() for _, _, c in pts) or 1
+            for method, pts in methods.items():
+                colour, label = METHOD_STYLE.get(method, ("#000000", method))
+                if pts:
+                    xs, ys, cs = zip(*pts)
+                    ax.plot(xs, ys, lw=1.2, color=colour, label=label)
+                    ax.scatter(xs, ys, s=[8 + 400 * c / total for c in cs], color=colour, alpha=0.6)
+            ax.set_xlim(-0.05, 1.05)
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_xlabel("mean value in bin")
+            ax.set_title(sub, fontsize=9)
+        axes[0].set_ylabel("observed check-worthy rate")
+        axes[0].legend(fontsize=7, loc="upper left")
+        fig.suptitle(_title(title, 40 * n), fontsize=10)
+        fig.tight_layout()
+        return to_png(fig)
+
+
+def histograms(
+    title: str, panels: Sequence[tuple[str, Sequence[float], Mapping[str, Sequence[float]]]],
+    threshold: float = 0.5,
+) -> bytes:
+    """Histograms of a value by gold class, one panel each: (title, bin edges, {class: counts})."""
+    n = max(len(panels), 1)
+    with _style():
+        fig = Figure(figsize=(3.2 * n, 3.0))
+        axes = fig.subplots(1, n, squeeze=False)[0]
+        for ax, (sub, edges, counts) in zip(axes, panels):
+            widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+            for cls, cnt in sorted(counts.items()):
+                colour, label = CLASS_STYLE.get(cls, ("#000000", cls))
+                ax.bar(edges[:-1], cnt, width=widths, align="edge", color=colour, alpha=0.55,
+                       label=label, lw=0)
+            ax.axvline(threshold, ls="--", lw=0.8, color="#333333")
+            ax.set_title(sub, fontsize=9)
+            ax.set_xlabel("value")
+        axes[0].set_ylabel("claims")
+        axes[0].legend(fontsize=7, loc="upper left")
+        fig.suptitle(_title(title, 40 * n), fontsize=10)
+        fig.tight_layout()
+        return to_png(fig)

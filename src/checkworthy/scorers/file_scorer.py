@@ -1,0 +1,138 @@
+"""Imported scores: a CSV ``id,text,score`` produced by any model run elsewhere (``file:<path>``).
+
+Why it is shaped like this:
+
+* The file is read and validated once, completely, before anything is scored: a structural problem
+  (missing column, duplicate id, empty text, the same text given two different score cells, NUL
+  or non-UTF-8 bytes, malformed CSV) raises :class:`~checkworthy.errors.DataError` naming the file,
+  line and field.
+* A score cell that is not a score is *data*, not a structural problem: it becomes a stored failure
+  with the cell as raw text (empty -> ``unparseable``, ``abc``/``nan``/``0,7`` -> ``not_a_number``,
+  ``1.2``/``-0.1``/``85`` -> ``out_of_range``). Nothing is rescaled or guessed.
+* Texts are matched exactly, then with whitespace collapsed; a text the file lacks is an ``error``
+  with an explanatory raw text, never a made-up score.
+* ``params()`` holds the file's sha256 (not its path), so an edited file is a new cache key.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from checkworthy.errors import DataError
+from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
+
+DEFAULT_KIND = "imported"
+MAX_FIELD = 1_000_000
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def parse_cell(cell: str) -> tuple[float | None, str]:
+    """A score cell as a score in [0, 1] or a failure status (plain decimal numbers only)."""
+    value = cell.strip()
+    if not value:
+        return None, UNPARSEABLE
+    if not _NUMBER.fullmatch(value):
+        return None, NOT_A_NUMBER
+    number = float(value)
+    if not math.isfinite(number):
+        return None, NOT_A_NUMBER
+    if not 0.0 <= number <= 1.0:
+        return None, OUT_OF_RANGE
+    return number, OK
+
+
+def _loose(text: str) -> str:
+    return " ".join(text.split())
+
+
+def read_score_file(path: Path, score_column: str = "score") -> tuple[dict[str, Score], str]:
+    """``{text: Score}`` and the file's sha256; raise :class:`DataError` on structural problems."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(name, None, None, f"cannot read the file: {exc.strerror}") from exc
+    sha = hashlib.sha256(raw).hexdigest()
+    if b"\x00" in raw:
+        raise DataError(name, raw[: raw.index(b"\x00")].count(b"\n") + 1, None, "contains a NUL byte")
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(name, line, None, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from exc
+    csv.field_size_limit(MAX_FIELD)
+    reader = csv.reader(content.splitlines(keepends=True), strict=True)
+    scores: dict[str, Score] = {}
+    first: dict[str, tuple[int, str]] = {}
+    seen_ids: dict[str, int] = {}
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        for column in ("id", "text", score_column):
+            if column not in header:
+                raise DataError(name, 1, column, f"missing column (header: {','.join(header) or 'empty'})")
+        if len(set(header)) != len(header):
+            raise DataError(name, 1, None, "a column name appears twice")
+        col = {h: i for i, h in enumerate(header)}
+        for fields in reader:
+            line = reader.line_num
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise DataError(name, line, None, f"expected {len(header)} fields, got {len(fields)}")
+            cid, text, cell = fields[col["id"]].strip(), fields[col["text"]], fields[col[score_column]]
+            if not cid:
+                raise DataError(name, line, "id", "empty id")
+            if cid in seen_ids:
+                raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen_ids[cid]})")
+            seen_ids[cid] = line
+            if not text.strip():
+                raise DataError(name, line, "text", "empty text")
+            if text in first and first[text][1] != cell:
+                raise DataError(name, line, score_column, f"the same text has score {first[text][1]!r} "
+                                                          f"on line {first[text][0]}")
+            first.setdefault(text, (line, cell))
+            score, status = parse_cell(cell)
+            scores[text] = Score(score, status, cell, {"source_id": cid, "line": line})
+    except csv.Error as exc:
+        raise DataError(name, reader.line_num or None, None, f"malformed CSV: {exc}") from exc
+    if not scores:
+        raise DataError(name, 2, None, "no data rows")
+    return scores, sha
+
+
+class FileScorer:
+    """Looks scores up in an imported CSV; yields one score kind (default ``imported``)."""
+
+    def __init__(self, path: str | Path, *, score_kind: str = DEFAULT_KIND, score_column: str = "score"
+                 ) -> None:
+        self.path = Path(path)
+        self.spec = f"file:{path}"
+        self.score_kinds = (score_kind,)
+        self.score_column = score_column
+        self._scores, self.sha256 = read_score_file(self.path, score_column)
+        self._loose: dict[str, Score] = {}
+        for text, sc in self._scores.items():
+            self._loose.setdefault(_loose(text), sc)
+
+    def params(self) -> dict[str, Any]:
+        """The file's content identity (sha256), not its location."""
+        return {"backend": "file", "file_name": self.path.name, "sha256": self.sha256,
+                "score_column": self.score_column}
+
+    def lookup(self, text: str) -> Score:
+        """The imported score of a text, or an ``error`` saying the file has none."""
+        found = self._scores.get(text) or self._loose.get(_loose(text))
+        if found is None:
+            return Score(None, ERROR, f"[missing] no row with this text in {self.path.name}",
+                         {"missing": True})
+        return found
+
+    def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
+        kind = self.score_kinds[0]
+        return [{kind: self.lookup(t)} for t in texts]

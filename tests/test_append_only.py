@@ -1,0 +1,276 @@
+"""Append-only records, enforced by the database (migration 0002), not only by the code.
+
+Every statement here runs as the superuser that owns the test cluster: the triggers bind
+every role, so a bug, a hurried script or a psql session cannot rewrite evidence either.
+A correction is a new row (a new label, a new label set, a new run).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pytest
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Engine, bindparam, text
+from sqlalchemy.exc import DBAPIError
+
+from checkworthy import store
+from checkworthy.calibrate import RunSpec, run_calibration
+from checkworthy.config import EMBED_MODEL
+from checkworthy.datasets import Claim, load_clef
+from checkworthy.embeddings import ensure_embeddings
+from checkworthy.scorers.base import OK, Score
+from tests.conftest import raw_path
+
+RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise
+
+
+@cache
+def clef_claims() -> tuple[Claim, ...]:
+    """Real claims (CLEF 2024 dev-test) so that embeddings and neighbours are real."""
+    claims, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    return tuple(claims)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A labelled set L and claims U to calibrate, stored with real embeddings and scores."""
+
+    name: str
+    lab_ids: list[int]
+    unl_ids: list[int]
+    label_set_id: int
+    key: store.ScoreKey
+    scores: dict[str, float]
+
+    def spec(self, k: int = 5, **kw) -> RunSpec:
+        return RunSpec(f"{self.name}:U", tuple(self.unl_ids), self.label_set_id, self.key, k, **kw)
+
+
+def build_scenario(engine: Engine, name: str, n_lab: int = 40, n_unl: int = 15, offset: int = 0,
+                   seed: int = 0, vectors: Mapping[str, np.ndarray] | None = None) -> Scenario:
+    """Store ``n_lab + n_unl`` real claims under dataset ``name`` (labels on all, so metrics are
+    stored too), their embeddings, one imported score each, and a label set over the first
+    ``n_lab``. Deterministic: the same arguments give the same data in any database.
+
+    ``vectors`` (text hash -> embedding, e.g. read from another database) are stored instead of
+    embedding the texts again: the model is slow on a shared CPU and gives the same vectors."""
+    claims = clef_claims()[offset : offset + n_lab + n_unl]
+    rng = np.random.default_rng(seed)
+    scores = {c.text: round(float(np.clip(0.5 + 0.25 * c.label + rng.normal(0, 0.2), 0, 1)), 4)
+              for c in claims}
+    with engine.begin() as conn:
+        ids = store.store_claims_with_labels(
+            conn, [store.NewClaim(name, "L" if i < n_lab else "U", c.source_id, c.text, c.label)
+                   for i, c in enumerate(claims)], f"test:{name}")
+        hashes = [store.sha256_text(c.text) for c in claims]
+        if vectors is None:
+            ensure_embeddings(conn, hashes)
+        else:
+            conn.execute(text("INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, :m, :v) "
+                              "ON CONFLICT DO NOTHING").bindparams(bindparam("v", type_=Vector(384))),
+                         [{"h": h, "m": EMBED_MODEL, "v": vectors[h]} for h in hashes])
+        ls = store.create_label_set(conn, f"{name}:L", ids[:n_lab])
+        model = store.ensure_model(conn, f"file:{name}", "file")
+        params = {"source": name}
+        store.insert_predictions(
+            conn, model, "none", params,
+            [(store.sha256_text(t), {"imported": Score(s, OK, repr(s))}) for t, s in scores.items()])
+    key = store.ScoreKey(model, "none", store.params_hash(params), "imported")
+    return Scenario(name, ids[:n_lab], ids[n_lab:], ls, key, scores)
+
+
+def sqlstate(exc: DBAPIError) -> str | None:
+    return getattr(exc.orig, "sqlstate", None)
+
+
+def refused(engine: Engine, sql: str, params: dict | None = None) -> DBAPIError:
+    """Run ``sql`` in its own transaction, expect the database to refuse it, roll back."""
+    with engine.connect() as conn:
+        with pytest.raises(DBAPIError) as info:
+            conn.execute(text(sql), params or {})
+        conn.rollback()
+    return info.value
+
+
+@pytest.fixture(scope="module")
+def complete(engine) -> tuple[Scenario, int]:
+    """A complete run with results and metrics, and a stored report naming it."""
+    sc = build_scenario(engine, "append-only")
+    run_id = run_calibration(engine, sc.spec())
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO data_versions (dvc_hash, git_rev) VALUES ('append-only', 'x') "
+                          "ON CONFLICT DO NOTHING"))
+        conn.execute(text("INSERT INTO reports (name, run_ids, markdown) VALUES ('append-only', :r, '# r')"),
+                     {"r": [run_id]})
+    return sc, run_id
+
+
+#: protected table -> a WHERE clause selecting rows of the ``complete`` fixture
+PROTECTED = {
+    "labels": "claim_id = ANY(:lab)",
+    "label_set_items": "label_set_id = :ls",
+    "label_sets": "id = :ls",
+    "predictions": "model_id = :model",
+    "calibrated_results": "run_id = :run",
+    "evaluation_metrics": "run_id = :run",
+    "reports": ":run = ANY(run_ids)",
+    "texts": "text_hash IN (SELECT text_hash FROM claims WHERE id = ANY(:lab))",
+    "claims": "id = ANY(:lab)",
+    "embeddings": "text_hash IN (SELECT text_hash FROM claims WHERE id = ANY(:lab))",
+    "models": "id = :model",
+    "prompt_versions": "id = 'none'",
+    "data_versions": "dvc_hash = 'append-only'",
+}
+
+
+def _where_params(sc: Scenario, run_id: int) -> dict:
+    return {"lab": sc.lab_ids, "ls": sc.label_set_id, "model": sc.key.model_id, "run": run_id}
+
+
+@pytest.mark.parametrize("table", sorted(PROTECTED))
+def test_protected_rows_cannot_be_updated_deleted_or_truncated(engine, complete, table):
+    sc, run_id = complete
+    where, params = PROTECTED[table], _where_params(sc, run_id)
+    with engine.connect() as conn:
+        before = conn.execute(text(f"SELECT count(*) FROM {table} WHERE {where}"), params).scalar_one()
+    assert before > 0, f"fixture holds no {table} rows"
+    # a no-op SET still counts as an update: rows are never rewritten, not even identically
+    col = "created_at" if table not in {"label_set_items", "calibrated_results", "evaluation_metrics"} \
+        else {"label_set_items": "label", "calibrated_results": "theta", "evaluation_metrics": "value"}[table]
+    for sql in (f"UPDATE {table} SET {col} = {col} WHERE {where}",
+                f"DELETE FROM {table} WHERE {where}",
+                f"TRUNCATE {table} CASCADE"):
+        err = refused(engine, sql, params)
+        assert sqlstate(err) == RESTRICT, (sql, err)
+        assert "append-only" in str(err.orig) or "never" in str(err.orig)
+    with engine.connect() as conn:
+        after = conn.execute(text(f"SELECT count(*) FROM {table} WHERE {where}"), params).scalar_one()
+    assert after == before
+
+
+def test_a_correction_is_a_new_label_and_a_new_label_set(engine, complete):
+    sc, run_id = complete
+    claim = sc.lab_ids[0]
+    with engine.begin() as conn:
+        old = store.current_labels(conn, [claim])[claim]
+        old_items = conn.execute(text("SELECT claim_id, label_id, label FROM label_set_items "
+                                      "WHERE label_set_id = :s ORDER BY claim_id"),
+                                 {"s": sc.label_set_id}).all()
+        assert store.append_labels(conn, [claim], [1 - old], "test:correction") == 1
+        new_set = store.create_label_set(conn, f"{sc.name}:L", sc.lab_ids)
+    assert new_set != sc.label_set_id
+    with engine.connect() as conn:
+        history = conn.execute(
+            text("SELECT label, previous_label, version, is_current, source, label_set_ids "
+                 "FROM audit_label_history WHERE claim_id = :c ORDER BY version"), {"c": claim}).all()
+        items_after = conn.execute(text("SELECT claim_id, label_id, label FROM label_set_items "
+                                        "WHERE label_set_id = :s ORDER BY claim_id"),
+                                   {"s": sc.label_set_id}).all()
+        run = conn.execute(text("SELECT status, label_set_id FROM calibration_runs WHERE id = :r"),
+                           {"r": run_id}).one()
+    assert [(h.label, h.previous_label, h.version, h.is_current) for h in history] == [
+        (old, None, 1, False), (1 - old, old, 2, True)]
+    assert history[0].label_set_ids == [sc.label_set_id]
+    assert history[1].label_set_ids == [new_set]
+    assert items_after == old_items  # the old label set still says what the run used
+    assert tuple(run) == ("complete", sc.label_set_id)
+
+
+def test_a_finished_run_never_changes(engine, complete):
+    sc, run_id = complete
+    for sql in ("UPDATE calibration_runs SET status = 'running', finished_at = NULL WHERE id = :r",
+                "UPDATE calibration_runs SET status = 'failed' WHERE id = :r",
+                "UPDATE calibration_runs SET params = params || '{\"note\": 1}' WHERE id = :r",
+                "DELETE FROM calibration_runs WHERE id = :r",
+                "TRUNCATE calibration_runs CASCADE"):
+        assert sqlstate(refused(engine, sql, {"r": run_id})) == RESTRICT, sql
+    # nothing can be added to it either: results and metrics belong to running runs
+    with engine.connect() as conn:
+        other = conn.execute(text("SELECT claim_id FROM calibrated_results WHERE run_id = :r LIMIT 1"),
+                             {"r": run_id}).scalar_one()
+    sql = ("INSERT INTO calibrated_results SELECT :r, c.id, 0.5, 0.5, 0, 1, true, 0.5, '{}', '{}' "
+           "FROM claims c WHERE c.id = ANY(:lab) AND c.id <> :o LIMIT 1")
+    assert sqlstate(refused(engine, sql, {"r": run_id, "lab": sc.lab_ids, "o": other})) == RESTRICT
+    sql = "INSERT INTO evaluation_metrics VALUES (:r, 'nnppi', 'invented', 'all', 1.0)"
+    assert sqlstate(refused(engine, sql, {"r": run_id})) == RESTRICT
+
+
+def _insert_running(engine: Engine, sc: Scenario, key: str) -> int:
+    with engine.begin() as conn:
+        return conn.execute(text(
+            """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
+               model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
+               params, status)
+               SELECT :key, 'guard-test', :ls, fingerprint, :m, 'none', :ph, 'imported', 'x', 3, 0.05,
+                      0.5, '{"n_claims": 2}', 'running' FROM label_sets WHERE id = :ls RETURNING id"""),
+            {"key": key, "ls": sc.label_set_id, "m": sc.key.model_id, "ph": sc.key.params_hash},
+        ).scalar_one()
+
+
+def test_a_running_run_may_only_finish(engine, complete):
+    """The one update the code makes is allowed; every other change to a run is refused."""
+    sc, _ = complete
+    run = _insert_running(engine, sc, "guard-" + "0" * 58)
+    p = {"r": run}
+    for sql in ("UPDATE calibration_runs SET k = 4 WHERE id = :r",
+                "UPDATE calibration_runs SET code_rev = 'other' WHERE id = :r",
+                "UPDATE calibration_runs SET params = '{}' WHERE id = :r",
+                "UPDATE calibration_runs SET params = '{\"n_claims\": 3}' WHERE id = :r",
+                "UPDATE calibration_runs SET status = 'complete' WHERE id = :r",  # no finished_at
+                # complete with fewer results than it says it calibrated
+                "UPDATE calibration_runs SET status = 'complete', finished_at = now(), "
+                "params = params || '{\"n_calibrated\": 2}' WHERE id = :r"):
+        assert sqlstate(refused(engine, sql, p)) == RESTRICT, sql
+    with engine.begin() as conn:  # a progress note while running is fine: params gain a key
+        conn.execute(text("UPDATE calibration_runs SET params = params || '{\"phase\": 1}' WHERE id = :r"), p)
+        conn.execute(text("UPDATE calibration_runs SET status = 'failed', finished_at = now() "
+                          "WHERE id = :r"), p)
+    assert sqlstate(refused(engine, "UPDATE calibration_runs SET status = 'complete' WHERE id = :r", p)) \
+        == RESTRICT
+    # and a run cannot be born finished
+    sql = ("INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint, model_id, "
+           "prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status, finished_at) "
+           "SELECT run_key, target, label_set_id, label_set_fingerprint, model_id, prompt_version, "
+           "params_hash, score_kind, embed_model, k, alpha, threshold, 'complete', now() "
+           "FROM calibration_runs WHERE id = :r")
+    assert sqlstate(refused(engine, sql, p)) == RESTRICT
+
+
+def test_a_failed_calibration_is_marked_failed_and_stays_so(engine, complete):
+    """The code's other update (running -> failed) works under the guard; the retry is a new run."""
+    sc, _ = complete
+    # one claim with a score but no embedding: compute() raises inside run_calibration
+    text_ = "A claim that was scored but never embedded, 2026."
+    with engine.begin() as conn:
+        (cid,) = store.upsert_claims(conn, [store.NewClaim("append-only-noemb", "U", "x1", text_)])
+        store.insert_predictions(conn, sc.key.model_id, "none", {"source": sc.name},
+                                 [(store.sha256_text(text_), {"imported": Score(0.7, OK, "0.7")})])
+    spec = RunSpec("append-only-noemb", (cid,), sc.label_set_id, sc.key, 3)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="no embedding"):
+            run_calibration(engine, spec)
+    with engine.connect() as conn:
+        runs = conn.execute(text("SELECT status, finished_at IS NOT NULL AS done, "
+                                 "(SELECT count(*) FROM calibrated_results r WHERE r.run_id = c.id) AS n "
+                                 "FROM calibration_runs c WHERE target = 'append-only-noemb' "
+                                 "ORDER BY id")).all()
+        hist = conn.execute(text("SELECT effective_status FROM audit_run_history "
+                                 "WHERE target = 'append-only-noemb'")).scalars().all()
+    assert [tuple(r) for r in runs] == [("failed", True, 0), ("failed", True, 0)]
+    assert hist == ["failed", "failed"]
+
+
+def test_report_and_metrics_rows_are_what_the_run_stored(engine, complete):
+    """Sanity: the fixture's rows exist and the views show them (guards the parametrised test)."""
+    sc, run_id = complete
+    with engine.connect() as conn:
+        h = conn.execute(text("SELECT * FROM audit_run_history WHERE run_id = :r"),
+                         {"r": run_id}).mappings().one()
+    assert h["effective_status"] == "complete"
+    assert h["n_results"] == len(sc.unl_ids) == json.loads(json.dumps(h["params"]))["n_calibrated"]
+    assert h["nnppi_weighted_f1"] is not None and h["report_ids"]

@@ -1,0 +1,161 @@
+"""Label updates: append-only history, label-set versions, DVC data versions, reconstruction."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from checkworthy import labels, store
+from checkworthy.errors import DataError
+from checkworthy.validation import Bounds
+from tests.test_recalibrate import build_world
+
+BOUNDS = Bounds(min_rows=20)
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def make_dvc_repo(root: Path) -> Path:
+    """A scratch git + DVC project with data/ tracked and a local-directory remote (never the project's)."""
+    repo = root / "repo"
+    (repo / "data" / "labels").mkdir(parents=True)
+    (repo / "data" / "labels" / "README.md").write_text("label updates\n")
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.org")
+    git(repo, "config", "user.name", "t")
+    labels.dvc_in(repo, "init", "-q")
+    labels.dvc_in(repo, "config", "core.analytics", "false")
+    labels.dvc_in(repo, "remote", "add", "-d", "local", str(root / "dvcstore"))
+    labels.dvc_in(repo, "add", "-q", "data")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "data v1")
+    return repo
+
+
+def write_csv(path: Path, rows: list[list], header=("id", "dataset", "label", "source")) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(engine):
+    return build_world(engine, "t3-labels")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_dvc_repo(tmp_path_factory.mktemp("labels"))
+
+
+def source_ids(engine, ids):
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT id, source_id FROM claims WHERE id = ANY(:i)"), {"i": ids}).all())
+
+
+def test_label_file_makes_a_data_version_and_a_label_set_version(engine, world, repo, tmp_path):
+    w = world
+    sid = source_ids(engine, w.lab_ids[:3] + w.extra_ids[:10] + w.target_ids[:2])
+    with engine.connect() as conn:
+        before = store.current_labels(conn, w.lab_ids[:3] + w.target_ids[:2])
+        n_labels = conn.execute(text("SELECT count(*) FROM labels")).scalar_one()
+    rows = ([[sid[i], w.tag, 1 - before[i], "annotator:ann"] for i in w.lab_ids[:3]]             # corrections
+            + [[sid[i], w.tag, c.label, ""] for i, c in zip(w.extra_ids[:10], w.extra[:10])]      # additions
+            + [[sid[i], w.tag, 1 - before[i], "annotator:bob"] for i in w.target_ids[:2]])        # gold only
+    src = write_csv(tmp_path / "batch-1.csv", rows)
+    hash0 = labels.data_hash(repo)
+    placed = labels.place_in_data(src, repo)
+    assert placed == repo / "data" / "labels" / "batch-1.csv"
+    assert labels.version_data(repo) != hash0
+    labels.dvc_in(repo, "status", "-c", "-q")  # the new version is in the remote
+    with engine.begin() as conn:
+        dv = labels.record_data_version(conn, repo)
+    out = labels.apply_label_file(engine, placed, BOUNDS, dv)
+    assert out.status == "applied" and not out.reused and out.n_appended == 15
+    (head1,) = out.new_heads.values()
+    with engine.connect() as conn:
+        assert labels.lineage_head(conn, w.lineage) == head1
+        members = set(store.label_set_claims(conn, head1))
+        assert members == set(w.lab_ids) | set(w.extra_ids[:10])  # targets' gold labels stay out
+        hist = labels.label_history(conn, w.lab_ids[0])
+        assert [h["label"] for h in hist] == [before[w.lab_ids[0]], 1 - before[w.lab_ids[0]]]
+        assert hist[-1]["source"] == "annotator:ann" and hist[-1]["update_id"] == out.update_id
+        assert labels.label_history(conn, w.extra_ids[0])[-1]["source"] == "file:batch-1.csv"
+        assert store.current_labels(conn, w.target_ids[:2]) == {i: 1 - before[i] for i in w.target_ids[:2]}
+        # both versions rebuild from the append-only history
+        v0 = labels.reconstruct_label_set(conn, w.ls0)
+        v1 = labels.reconstruct_label_set(conn, head1)
+        assert v0[w.lab_ids[0]] == before[w.lab_ids[0]] and v1[w.lab_ids[0]] == 1 - before[w.lab_ids[0]]
+        log = labels.version_log(conn, w.lineage)
+        assert [(v["label_set_id"], v["reason"]) for v in log] == [(w.ls0, "initial"), (head1, "labels")]
+        assert log[1]["dvc_hash"] == labels.data_hash(repo) and log[1]["update_id"] == out.update_id
+        assert conn.execute(text("SELECT count(*) FROM labels")).scalar_one() == n_labels + 15
+    # the same bytes again: nothing new
+    again = labels.apply_label_file(engine, placed, BOUNDS, dv)
+    assert again.reused and again.update_id == out.update_id and again.new_heads == out.new_heads
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM labels")).scalar_one() == n_labels + 15
+        assert labels.pending_label_files(conn, repo) == []
+
+
+def test_reverting_a_correction_points_back_to_the_earlier_version(engine, world, tmp_path):
+    w = world
+    with engine.connect() as conn:
+        head = labels.lineage_head(conn, w.lineage)
+        prev = labels.version_log(conn, w.lineage)[-2]["label_set_id"]
+        v_prev = labels.reconstruct_label_set(conn, prev)
+    sid = source_ids(engine, w.lab_ids[:3] + w.extra_ids[:10])
+    # undo the corrections and withdraw nothing else: the same content as before plus the additions
+    rows = [[sid[i], w.tag, v_prev[i], "annotator:ann"] for i in w.lab_ids[:3]]
+    out = labels.apply_label_file(engine, write_csv(tmp_path / "revert.csv", rows), BOUNDS)
+    (new_head,) = out.new_heads.values()
+    assert out.status == "applied" and new_head != head
+    with engine.connect() as conn:
+        history = labels.label_history(conn, w.lab_ids[0])
+        assert [h["label"] for h in history] == [v_prev[w.lab_ids[0]], 1 - v_prev[w.lab_ids[0]], v_prev[w.lab_ids[0]]]
+        assert labels.version_log(conn, w.lineage)[-1]["parent_id"] is not None
+        # labels as they stood before the revert are still there to read
+        t = history[1]["created_at"]
+        assert labels.labels_as_of(conn, [w.lab_ids[0]], t) == {w.lab_ids[0]: 1 - v_prev[w.lab_ids[0]]}
+
+
+def test_rerunning_the_main_job_keeps_corrections(engine, world, tmp_path):
+    """A dataset file's labels are re-appended only if the file itself changed."""
+    w = world
+    ids = w.lab_ids[3:5]
+    sid = source_ids(engine, ids)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT c.id, c.source_id, t.text FROM claims c JOIN texts t USING (text_hash) "
+                                 "WHERE c.id = ANY(:i) ORDER BY c.id"), {"i": ids}).all()
+        from_file = {i: labels.label_history(conn, i)[0]["label"] for i in ids}
+    out = labels.apply_label_file(engine, write_csv(tmp_path / "fix.csv", [
+        [sid[i], w.tag, 1 - from_file[i], "annotator:ann"] for i in ids]), BOUNDS)
+    assert out.status == "applied"
+    file_claims = [store.NewClaim(w.tag, "train", r.source_id, r.text, from_file[r.id]) for r in rows]
+    with engine.begin() as conn:  # what prepare_dataset(keep_corrections=True) does on every run
+        assert labels.store_file_claims(conn, file_claims, f"{w.tag}:file") == [r.id for r in rows]
+        assert store.current_labels(conn, ids) == {i: 1 - from_file[i] for i in ids}  # the team's word stands
+
+
+def test_bad_label_files_write_nothing(engine, world, tmp_path):
+    w = world
+    with engine.connect() as conn:
+        n = conn.execute(text("SELECT count(*) FROM label_updates")).scalar_one()
+    with pytest.raises(DataError, match="unknown claim"):
+        labels.apply_label_file(engine, write_csv(tmp_path / "a.csv", [["no-such-id", w.tag, 1, ""]]), BOUNDS)
+    with pytest.raises(DataError, match="missing column"):
+        labels.apply_label_file(engine, write_csv(tmp_path / "b.csv", [["1", w.tag]], ("id", "dataset")), BOUNDS)
+    with pytest.raises(DataError, match="row 2, field 'label'"):  # a gold-only label must still be 0/1
+        sid = source_ids(engine, w.target_ids[:1])
+        labels.apply_label_file(engine, write_csv(tmp_path / "c.csv", [[sid[w.target_ids[0]], w.tag, 7, ""]]),
+                                BOUNDS)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM label_updates")).scalar_one() == n

@@ -1,0 +1,68 @@
+"""The main job end to end on the real parts: real Gemma 3 270M, MiniLM, Postgres, DVC data.
+
+``--limit`` keeps 16 claims of each split, so the whole path (load with defect reports,
+split, store, embed, score both kinds, SQL kNN for k in {3, 5, 10}, metrics, report) runs on
+a handful of claims.
+"""
+
+import pytest
+from sqlalchemy import text
+
+from checkworthy.cli import main
+from tests.conftest import table_counts
+
+pytestmark = pytest.mark.slow
+
+LIMIT = 16
+
+
+@pytest.fixture(scope="module")
+def first_run(db_url, engine, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DATABASE_URL", db_url)
+    reports = tmp_path_factory.mktemp("reports")
+    yield reports
+    mp.undo()
+
+
+def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, monkeypatch, db_url):
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    assert main(["run", "--limit", str(LIMIT), "--name", "smoke", "--reports-dir", str(first_run)]) == 0
+    out = capsys.readouterr().out
+    assert "Baseline wF1 (paper)" in out
+    for dataset in ("claimbuster", "clef2024"):
+        for kind in ("verbalised", "token_prob"):
+            assert f"embedded:gemma3-270m / {kind}" in out
+        assert dataset in out
+    assert "(0.114)" in out and "(0.827)" in out  # the paper's figures beside ours
+    assert "glued" in out.lower() or "split" in out.lower()  # the CLEF defect report was shown
+    report = (first_run / "smoke" / "report.md").read_text()
+    assert "## claimbuster" in report and "## clef2024" in report
+    with engine.connect() as conn:
+        runs = conn.execute(text(
+            "SELECT target, score_kind, k, status FROM calibration_runs r JOIN label_sets l "
+            "ON l.id = r.label_set_id WHERE l.name LIKE '%limit=16'")).all()
+        assert {(r.target, r.score_kind, r.k) for r in runs} == {
+            (f"{d}:test", kind, k) for d in ("claimbuster", "clef2024")
+            for kind in ("verbalised", "token_prob") for k in (3, 5, 10)}
+        assert {r.status for r in runs} == {"complete"}
+        preds = conn.execute(text(
+            "SELECT parse_status, count(*) FROM predictions p JOIN models m ON m.id = p.model_id "
+            "WHERE m.spec = 'embedded:gemma3-270m' GROUP BY 1")).all()
+        assert sum(n for _, n in preds) >= 4 * LIMIT  # every text scored, both kinds
+        stored = conn.execute(text("SELECT count(*) FROM reports WHERE name = 'smoke'")).scalar()
+        assert stored == 1
+
+
+def test_second_run_reuses_scores_embeddings_and_runs(first_run, engine, capsys, monkeypatch, db_url):
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    before = table_counts(engine)
+    assert main(["run", "--limit", str(LIMIT), "--name", "smoke2", "--reports-dir", str(first_run)]) == 0
+    out = capsys.readouterr().out
+    assert "0 texts scored now" in out
+    after = table_counts(engine)
+    for table in ("texts", "claims", "labels", "embeddings", "predictions", "calibration_runs",
+                  "calibrated_results"):
+        assert after[table] == before[table], table
+    assert (first_run / "smoke" / "report.md").read_text().split("\n", 1)[1] == \
+        (first_run / "smoke2" / "report.md").read_text().split("\n", 1)[1]
