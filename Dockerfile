@@ -5,6 +5,9 @@
 FROM python:3.11-slim-bookworm
 
 ARG TORCH_VERSION=2.13.0
+# the git revision recorded with every run (no .git inside the image): --build-arg CHECKWORTHY_CODE_REV=$(git rev-parse HEAD)
+ARG CHECKWORTHY_CODE_REV=""
+ENV CHECKWORTHY_CODE_REV=${CHECKWORTHY_CODE_REV}
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -30,14 +33,14 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \
 
 COPY . .
 RUN dvc config --local core.no_scm true \
- && dvc pull -q \
- && rm -rf .dvc/cache .dvc/tmp \
+ && dvc pull -q data.dvc \
  && pip install --no-deps -e .
 
-# an unprivileged user owns only what it writes: the var dir and the reports
+# an unprivileged user; /app is its working copy: the flows version new label files with DVC
+# (data/, data.dvc, .dvc/, dvcstore/) and write reports/ and var/
 RUN useradd --system --create-home --uid 10001 checkworthy \
- && mkdir -p /var/lib/checkworthy /app/reports /app/var \
- && chown checkworthy:checkworthy /var/lib/checkworthy /app/reports /app/var
+ && mkdir -p /var/lib/checkworthy /app/reports /app/var /app/data/labels /app/data/incoming \
+ && chown -R checkworthy:checkworthy /app /var/lib/checkworthy
 USER checkworthy
 
 # the compose file runs `python -m checkworthy.audit bootstrap` (migrate) or the Prefect worker

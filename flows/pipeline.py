@@ -176,8 +176,9 @@ def validate_task(label_set_id: int, bounds: dict[str, Any], dv: int | None, db_
     """Run the label-validation suite on a label set; the verdict (and failing rows) is stored."""
     verdict = validation.validate_label_set(engine_for(db_url), label_set_id, validation.Bounds(**bounds), dv)
     if not verdict.success:
-        get_run_logger().warning(f"label set {label_set_id} failed validation ({', '.join(verdict.failures)}): "
-                                 "its calibration is skipped, the previous one stays in force")
+        get_run_logger().warning(
+            f"label set {label_set_id} failed validation ({', '.join(verdict.failures)}): its calibration "
+            "is skipped, the previous one stays in force")
     return {"label_set_id": label_set_id, "validation_run_id": verdict.validation_run_id,
             "success": verdict.success, "failures": verdict.failures}
 
@@ -289,9 +290,9 @@ def apply_labels_task(path: str, repo: str, bounds: dict[str, Any], db_url: str 
               "validation_run_ids": out.validation_run_ids, "data_version_id": dv}
     if out.status == "applied" and out.new_heads:
         with engine.begin() as conn:
-            change = events.record_change(conn, "labels", str(out.update_id),
-                                          {"label_set_names": sorted(out.new_heads), "update_id": out.update_id,
-                                           "new_heads": out.new_heads, "data_version_id": dv}, dv)
+            payload = {"label_set_names": sorted(out.new_heads), "update_id": out.update_id,
+                       "new_heads": out.new_heads, "data_version_id": dv}
+            change = events.record_change(conn, "labels", str(out.update_id), payload, dv)
         result["event_id"] = events.emit(change) if emit else None
     elif out.status == "rejected":
         get_run_logger().warning(f"{path}: rejected by validation (runs {out.validation_run_ids}); "
@@ -387,18 +388,26 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
         for target, claim_ids in sorted(lin["targets"].items()):
             for key in keys:
                 for k in params["k"]:
-                    runs.append(calibrate_task(target, claim_ids, lin["label_set_id"], key, k, params["alpha"],
-                                               params["threshold"], params.get("interval", "z"), dv,
-                                               verdict["validation_run_id"], db_url))
+                    runs.append(calibrate_task(
+                        target, claim_ids, lin["label_set_id"], key, k, params["alpha"], params["threshold"],
+                        params.get("interval", "z"), dv, verdict["validation_run_id"], db_url))
     return runs
 
 
 @flow(name="checkworthy-pipeline", log_prints=True)
 def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None, repo: str = str(ROOT),
-                  commit_data: bool = False, report_name: str | None = None, reports_dir: str | None = None,
-                  metrics_file: str | None = None, limit: int | None = None) -> dict[str, Any]:
-    """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> evaluate."""
+                  commit_data: bool = True, report_name: str | None = None, reports_dir: str | None = None,
+                  metrics_file: str | None = None, limit: int | None = None,
+                  report_prefix: str | None = None) -> dict[str, Any]:
+    """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> evaluate.
+
+    ``commit_data`` snapshots data/ first (``dvc add`` + ``dvc push``; a no-op when unchanged), so
+    the recorded hash is the data actually used. ``report_prefix`` names a report per run
+    (scheduled deployments); ``report_name`` names one exactly.
+    """
     t0 = time.monotonic()
+    if report_prefix and not report_name:
+        report_name = f"{report_prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = load_params(Path(params_path))
     dv = version_data_task(repo, commit_data, db_url, "checkworthy-pipeline",
                            {"params": params, "limit": limit})

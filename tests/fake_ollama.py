@@ -4,9 +4,10 @@ can run here).
 Endpoints: ``GET /api/version``, ``GET /api/tags``, ``POST /api/generate`` and ``POST /api/chat``
 (NDJSON streaming with chunked transfer encoding by default, one JSON object with
 ``"stream": false``), errors as ``{"error": "..."}`` with Ollama's status codes, an ``error`` line
-mid-stream. The "model" is a deterministic toy: it reads the statement in the last
-``Statement: \"\"\"...\"\"\"`` slot and answers 0.9 if it holds a digit, else 0.1 (so tests can
-tell claims apart); it honours ``num_predict`` (~4 characters per token) and ``stop``.
+mid-stream. The "model" is a deterministic toy: it reads the statement in the last statement
+slot (``prompt.SLOT_OPEN`` ... ``prompt.SLOT_CLOSE``) and answers 0.9 if it holds a digit, else
+0.1 (so tests can tell claims apart); it honours ``num_predict`` (~4 characters per token) and
+``stop``.
 
 Failures are scripted per request with :meth:`LoopbackServer.script` (``status``, ``delay``,
 ``drop``, ``stall``, ``midstream_error``), and every request is recorded.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -26,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from checkworthy.prompt import SLOT_CLOSE, SLOT_OPEN
 
 
 @dataclass
@@ -45,6 +50,11 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out in separate writes: without this, Nagle + delayed ACK add ~40 ms
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self._dispatch()
@@ -113,6 +123,12 @@ class _HTTPServer(ThreadingHTTPServer):
     block_on_close = False
     owner: LoopbackServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients closing kept-alive connections (or timing out) are normal here, not errors."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 class LoopbackServer:
     """A threaded HTTP/1.1 server on 127.0.0.1 at a random port; subclasses implement ``handle``."""
@@ -164,7 +180,7 @@ class LoopbackServer:
         raise NotImplementedError
 
 
-_SLOT = re.compile(r'Statement: """(.*?)"""', re.DOTALL)
+_SLOT = re.compile(re.escape(SLOT_OPEN) + "(.*?)" + re.escape(SLOT_CLOSE), re.DOTALL)
 
 
 def statement_of(prompt: str) -> str:
@@ -172,7 +188,7 @@ def statement_of(prompt: str) -> str:
     found = _SLOT.findall(prompt)
     if found:
         return found[-1]
-    tail = prompt.rsplit('Statement: """', 1)
+    tail = prompt.rsplit(SLOT_OPEN, 1)
     return tail[-1] if len(tail) == 2 else ""
 
 

@@ -11,10 +11,14 @@ import random
 import numpy as np
 import pytest
 
+from checkworthy.config import EMBED_MODEL, VAR_DIR
 from checkworthy.datasets import normalise_text
 from checkworthy.scorers import classifier
 from checkworthy.scorers.base import OK
 from checkworthy.scorers.registry import make_scorer
+
+#: embeddings keyed by sha256(text), kept between runs: MiniLM on 2 shared cores is the slow part
+CACHE = VAR_DIR / "cache" / f"test-classifier-{EMBED_MODEL}.npz"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,7 @@ def tiny(groups, tmp_path_factory):
     }
     root = tmp_path_factory.mktemp("classifiers")
     art = classifier.train("tiny", groups=small, exclude=classifier.TEST_SPLITS,
-                           sources=["claimbuster:other"], root=root, cache=root / "emb.npz")
+                           sources=["claimbuster:other"], root=root, cache=CACHE)
     return art, root, small
 
 
@@ -93,7 +97,7 @@ def test_artefact_versions_integrity_and_scores(tiny):
         assert p.status == c.status == OK and c.score >= 0.5
         assert c.score == pytest.approx(max(p.score, 1 - p.score))
         assert json.loads(p.raw)["p_positive"] == p.score
-    x = classifier.embed_cached(texts, root / "emb.npz")
+    x = classifier.embed_cached(texts, CACHE)
     assert [r["p_positive"].score for r in out] == pytest.approx(art.predict_proba(x).tolist(), abs=1e-5)
     head = folder / "head.json"
     head.write_bytes(head.read_bytes().replace(b'"intercept":', b'"intercept": '))

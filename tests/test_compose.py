@@ -251,6 +251,30 @@ def test_prefect_and_ollama_addresses_match_their_services(compose, monkeypatch)
     assert services["ollama-pull"]["environment"]["OLLAMA_HOST"] == worker_env["OLLAMA_HOST"]
 
 
+def test_worker_serves_the_deployments_of_prefect_yaml(compose):
+    """The worker polls the work pool prefect.yaml deploys to, from the directory its pull step uses."""
+    prefect_yaml = yaml.safe_load((ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    pools = {d["work_pool"]["name"] for d in prefect_yaml["deployments"]}
+    assert pools == {compose["services"]["worker"]["environment"]["CHECKWORTHY_WORK_POOL"]}
+    queues = {d["work_pool"].get("work_queue_name", "default") for d in prefect_yaml["deployments"]}
+    assert queues == {"default"}
+    body = DOCKERFILE.read_text(encoding="utf-8")
+    for step in prefect_yaml.get("pull") or []:
+        for var in re.findall(r"\$([A-Z_]+)", yaml.safe_dump(step)):
+            assert re.search(rf"^\s*{var}=", body, re.M) or f"ENV {var}" in body, f"{var} unset in the image"
+    for d in prefect_yaml["deployments"]:
+        assert (ROOT / d["entrypoint"].split(":")[0]).exists(), d["entrypoint"]
+
+
+def test_the_pulled_ollama_model_is_the_one_params_yaml_scores_with(compose):
+    """A deployment scoring with ``ollama:<model>`` needs that model in the ollama volume."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    pulled = compose["services"]["ollama-pull"]["command"][-1]
+    for spec in (m["spec"] for m in params.get("models", [])):
+        if spec.startswith("ollama:"):
+            assert spec.removeprefix("ollama:") == pulled, spec
+
+
 def test_healthchecks_and_start_order(compose):
     services = compose["services"]
     for name in ("db", "prefect-server", "ollama", "worker"):

@@ -441,7 +441,7 @@ CLEF_BAD = {
     "stray quote": (CLEF_HEADER + b'1\t"A"B\tNo\n', 2, "Text", "after the closing quote"),
     "bad id": (CLEF_HEADER + b"x1\tA\tNo\n", 2, "Sentence_id", "integer id"),
     "empty id": (CLEF_HEADER + b"\tA\tNo\n", 2, "Sentence_id", "integer id"),
-    "empty file": (b"", 1, None, "empty"),
+    "empty file": (b"", 1, "Sentence_id", "empty"),
     "duplicate column": (b"Sentence_id\tText\tText\tclass_label\n", 1, "Text", "more than once"),
     "utf16 file": ("Sentence_id\tText\tclass_label\n".encode("utf-16"), 1, "header field #1", None),
 }

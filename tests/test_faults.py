@@ -127,6 +127,9 @@ def _crash_during(cluster: Cluster, engine: Engine, sc: Scenario, table: str, st
         assert run.status == "running"
         assert conn.execute(text("SELECT count(*) FROM calibrated_results WHERE run_id = :r"),
                             {"r": run.id}).scalar_one() == 0
+        # the audit view sees the run's advisory lock held: live, not interrupted
+        assert conn.execute(text("SELECT effective_status FROM audit_run_history WHERE run_id = :r"),
+                            {"r": run.id}).scalar_one() == "running"
     cluster.kill()
     worker.join(TIMEOUT)
     assert not worker.is_alive()
@@ -352,6 +355,13 @@ def _runs_with_key(engine: Engine, key: str) -> list[tuple]:
             "FROM calibration_runs c WHERE c.run_key = :k ORDER BY c.id"), {"k": key}).all()]
 
 
+def _advisory_waiters(engine: Engine) -> int:
+    """Backends waiting on an advisory lock (a fresh transaction: pg_stat_activity is a snapshot)."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' "
+                                 "AND datname = current_database()")).scalar_one()
+
+
 def test_two_calibrations_of_the_same_label_set_at_once(engine):
     """Both callers queue on the run's lock; one computes, the other reuses its run."""
     sc = build_scenario(engine, "fault-concurrent", n_lab=60, n_unl=30, offset=40)
@@ -375,11 +385,7 @@ def test_two_calibrations_of_the_same_label_set_at_once(engine):
         for t in threads:
             t.start()
         start.wait()
-        with engine.connect() as conn:
-            wait_for(lambda: conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' "
-                "AND datname = current_database()")).scalar_one() == 2, "both callers to queue")
-            conn.rollback()
+        wait_for(lambda: _advisory_waiters(engine) == 2, "both callers to queue")
         assert _runs_with_key(engine, key) == []  # neither has started a run while waiting
         holder.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
         holder.commit()

@@ -73,15 +73,15 @@ def test_params_are_content_not_location(tmp_path):
 
 
 @pytest.mark.parametrize(("content", "line", "what"), [
-    ("id,text\n1,a\n", 1, "missing column"),
+    ("id,text\n1,a\n", 1, "required column missing"),
     ("id,text,score\n1,a,0.1\n1,b,0.2\n", 3, "duplicate id"),
     ("id,text,score\n1, ,0.1\n", 2, "empty text"),
     ("id,text,score\n1,a,0.1\n2,a,0.3\n", 3, "the same text has score"),
     ("id,text,score\n1,a,0.1,extra\n", 2, "expected 3 fields"),
     ("id,text,score\n", 2, "no data rows"),
-    (b"id,text,score\n1,caf\xe9,0.1\n", 2, "not UTF-8"),
+    (b"id,text,score\n1,caf\xe9,0.1\n", 2, "not valid UTF-8"),
     (b"id,text,score\n1,a\x00b,0.1\n", 2, "NUL"),
-    ('id,text,score\n1,"unclosed,0.1\n', None, "malformed CSV"),
+    ('id,text,score\n1,"unclosed,0.1\n', 2, "quote is never closed"),
 ])
 def test_structural_problems_raise_with_line(tmp_path, content, line, what):
     with pytest.raises(DataError, match=what) as info:

@@ -61,7 +61,8 @@ def setup(tmp_path_factory, db_url):
     """Imported scores for every CLEF text, a params file, and a scratch git + DVC repository."""
     tmp = tmp_path_factory.mktemp("flows")
     texts: dict[str, str] = {}
-    for split, name in (("train", "CT24_checkworthy_english_train.tsv"), ("dev", "CT24_checkworthy_english_dev.tsv"),
+    for split, name in (("train", "CT24_checkworthy_english_train.tsv"),
+                        ("dev", "CT24_checkworthy_english_dev.tsv"),
                         ("dev-test", "CT24_checkworthy_english_dev-test.tsv")):
         for c in load_clef(raw_path("clef2024", name), split)[0]:
             texts.setdefault(c.text, f"{split}:{c.source_id}")
@@ -94,6 +95,7 @@ def setup(tmp_path_factory, db_url):
 @pytest.fixture(scope="module")
 def first_run(flows, setup, engine):
     return flows.pipeline_flow(params_path=setup["params"], db_url=setup["db_url"], repo=str(ROOT),
+                               commit_data=False,
                                metrics_file=str(setup["tmp"] / "metrics" / "evaluation.json"))
 
 
@@ -109,21 +111,26 @@ def test_pipeline_flow_runs_every_step_and_records_provenance(flows, setup, engi
     metrics = yaml.safe_load((setup["tmp"] / "metrics" / "evaluation.json").read_text())
     assert metrics["clef2024:test"]
     with engine.connect() as conn:
-        runs = conn.execute(text("SELECT id, flow_run_id, data_version_id, status, params FROM calibration_runs "
-                                 "WHERE id = ANY(:i)"), {"i": out["run_ids"]}).mappings().all()
+        runs = conn.execute(text("SELECT id, flow_run_id, data_version_id, status, params "
+                                 "FROM calibration_runs WHERE id = ANY(:i)"),
+                            {"i": out["run_ids"]}).mappings().all()
         flow_run = runs[0]["flow_run_id"]
         assert flow_run and all(r["flow_run_id"] == flow_run and r["status"] == "complete" for r in runs)
         assert all(r["data_version_id"] == out["data_version_id"] for r in runs)
-        assert all(r["params"]["validation_run_id"] == out["validations"][0]["validation_run_id"] for r in runs)
+        vid = out["validations"][0]["validation_run_id"]
+        assert all(r["params"]["validation_run_id"] == vid for r in runs)
         # the run's data version (DVC hash + git revision) is attached to the flow run
         dv = conn.execute(text("""SELECT d.dvc_hash, d.git_rev FROM flow_run_data_versions f
-                                  JOIN data_versions d ON d.id = f.data_version_id WHERE f.flow_run_id = :f"""),
+                                  JOIN data_versions d ON d.id = f.data_version_id
+                                  WHERE f.flow_run_id = :f"""),
                           {"f": flow_run}).one()
         assert dv.dvc_hash == labels.data_hash(ROOT)
         for table in ("predictions", "validation_runs", "label_set_versions", "target_claims"):
-            n = conn.execute(text(f"SELECT count(*) FROM {table} WHERE flow_run_id = :f"), {"f": flow_run}).scalar()
+            n = conn.execute(text(f"SELECT count(*) FROM {table} WHERE flow_run_id = :f"),
+                             {"f": flow_run}).scalar()
             assert n > 0, table
-    again = flows.pipeline_flow(params_path=setup["params"], db_url=setup["db_url"], repo=str(ROOT))
+    again = flows.pipeline_flow(params_path=setup["params"], db_url=setup["db_url"], repo=str(ROOT),
+                                commit_data=False)
     assert {r["mode"] for r in again["runs"]} == {"reused"}
     assert again["run_ids"] == out["run_ids"]
 
@@ -152,7 +159,8 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
         w.writerows([f.source_id, "clef2024", 1 - f.label, "annotator:bob"] for f in flips)
     hash0 = labels.data_hash(repo)
 
-    out = flows.label_update_flow(files=[str(csv_path)], repo=str(repo), db_url=db, params_path=setup["params"])
+    out = flows.label_update_flow(files=[str(csv_path)], repo=str(repo), db_url=db,
+                                  params_path=setup["params"])
     (upd,) = out["updates"]
     assert upd["status"] == "applied" and upd["n_appended"] == len(new) + len(flips)
     head1 = upd["new_heads"][lineage()]
@@ -177,19 +185,22 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
         assert r["mode"] == "incremental"
         assert r["changes"] == {"added": len(new), "removed": 0, "changed": len(flips)}
         with engine.connect() as conn:
-            run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": r["run_id"]}).mappings().one()
+            run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"),
+                               {"i": r["run_id"]}).mappings().one()
             old_res = {x["claim_id"]: x for x in load_results(conn, parents[run["k"]])}
             claim_ids = labels.target_claim_ids(conn, lineage())["clef2024:test"]
         assert run["parent_run_id"] == parents[run["k"]] and run["label_set_id"] == head1
         from checkworthy.calibrate import RunSpec
 
         spec = RunSpec(run["target"], tuple(claim_ids), head1,
-                       store.ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
+                       store.ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"],
+                                      run["score_kind"]),
                        run["k"], run["alpha"], run["threshold"], run["interval_method"])
         new_res = assert_equals_full(engine, spec, r["run_id"])
         with engine.connect() as conn:
-            flipped = set(conn.execute(text("SELECT id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
-                                       {"s": [f.source_id for f in flips]}).scalars())
+            flipped = set(conn.execute(
+                text("SELECT id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
+                {"s": [f.source_id for f in flips]}).scalars())
             recomputed = set(conn.execute(text("SELECT claim_id FROM calibrated_results WHERE run_id = :r "
                                                "AND computed_in_run IS NULL"), {"r": r["run_id"]}).scalars())
         assert recomputed == truly_affected(old_res, new_res, flipped)
@@ -233,7 +244,8 @@ def test_failing_validation_keeps_the_calibration_in_force(flows, setup, engine,
         assert verdict["failures"] == ["no_leakage"]
         with engine.connect() as conn:
             row = conn.execute(text("SELECT * FROM audit_validations WHERE validation_run_id = :v AND "
-                                    "check_name = 'no_leakage'"), {"v": verdict["validation_run_id"]}).mappings().one()
+                                    "check_name = 'no_leakage'"),
+                               {"v": verdict["validation_run_id"]}).mappings().one()
             assert not row["success"] and row["unexpected_claim_ids"] == [leak_id]
             assert {r["id"] for r in flows.recalibrate.runs_in_force(conn, lineage())} == before
     finally:
@@ -304,5 +316,6 @@ def test_newly_arrived_claims_are_scored_and_calibrated_incrementally(flows, set
     arrive("batch-2.csv", dev[12:17])
     two = flows.score_new_claims_flow(db, str(repo), setup["params"], [lineage()])
     inc = [r for r in two["runs"] if r["target"] == "clef2024:incoming"]
-    assert inc and all(r["mode"] == "incremental" and r["n_recomputed"] == 5 and r["n_copied"] == 12 for r in inc)
-    assert flows.score_new_claims_flow(db, str(repo), setup["params"], [lineage()])["runs"] == []  # nothing new
+    assert inc and all((r["mode"], r["n_recomputed"], r["n_copied"]) == ("incremental", 5, 12) for r in inc)
+    nothing_new = flows.score_new_claims_flow(db, str(repo), setup["params"], [lineage()])
+    assert nothing_new["runs"] == []

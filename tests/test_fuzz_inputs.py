@@ -8,8 +8,9 @@ files (byte flips, stray quotes and delimiters, NULs, truncation, swapped or dou
 check the property that matters whatever the bytes: a parser either returns rows that
 satisfy its invariants or raises ``DataError`` with the file and a row, never anything else.
 
-Cases where the code does not yet name a field are marked ``xfail(strict=True)`` with the
-reason, so they flip to failures (and the marker must go) once fixed.
+Every reader shares one record parser (``checkworthy.tabular`` on ``datasets.parse_delimited``),
+so every case below names its field; a case may carry an ``xfail(strict=True)`` reason when a
+known gap is recorded, which flips to a failure once fixed.
 """
 
 from __future__ import annotations
@@ -51,28 +52,26 @@ def good_with(i: int, row: str) -> bytes:
     return csv_bytes(*rows)
 
 
-NO_FIELD = "byo.read_scored_csv names no field for this problem"
 
 # name -> (file bytes, expected row, expected field or None for 'any', xfail reason or None)
 BYO_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
     "latin-1 bytes": (good_with(1, "a2,Caf\xe9 prices rose.,0.5,0").replace(b"\xc3\xa9", b"\xe9"),
-                      3, "text", NO_FIELD),
-    "UTF-16 file": ("\n".join([HEADER, *GOOD_ROWS]).encode("utf-16"), 1, None, NO_FIELD),
-    "NUL byte in a text": (good_with(2, "a3,Taxes\x00 rose.,0.66,1"), 4, "text", NO_FIELD),
-    "empty file": (b"", 1, None, NO_FIELD),
-    "only a byte-order mark": (b"\xef\xbb\xbf", 1, None, NO_FIELD),
-    "blank lines only": (b"\n\n   \n", 1, None, NO_FIELD),
-    "header only": (csv_bytes(), 2, None, NO_FIELD),
+                      3, "text", None),
+    "UTF-16 file": ("\n".join([HEADER, *GOOD_ROWS]).encode("utf-16"), 1, None, None),
+    "NUL byte in a text": (good_with(2, "a3,Taxes\x00 rose.,0.66,1"), 4, "text", None),
+    "empty file": (b"", 1, None, None),
+    "only a byte-order mark": (b"\xef\xbb\xbf", 1, None, None),
+    "blank lines only": (b"\n\n   \n", 1, None, None),
+    "header only": (csv_bytes(), 2, None, None),
     "missing column": (csv_bytes("a1,x,0.5", header="id,text,score"), 1, "label", None),
     "extra column": (csv_bytes("a1,x,0.5,1,9", header=HEADER + ",weight"), 1, "weight", None),
-    "duplicate column": (csv_bytes("a1,x,0.5,1,a1", header=HEADER + ",id"), 1, "id", NO_FIELD),
-    "row with a missing field": (good_with(3, "a4,We will win.,0.30"), 5, "label", NO_FIELD),
-    "row with an extra field": (good_with(3, "a4,We will win.,0.30,0,7"), 5, None, NO_FIELD),
+    "duplicate column": (csv_bytes("a1,x,0.5,1,a1", header=HEADER + ",id"), 1, "id", None),
+    "row with a missing field": (good_with(3, "a4,We will win.,0.30"), 5, "label", None),
+    "row with an extra field": (good_with(3, "a4,We will win.,0.30,0,7"), 5, None, None),
     "unclosed quote": (good_with(1, 'a2,"I love this town.,0.12,0'), 3, "text",
-                       "byo.read_scored_csv gives the line where csv gave up (4), not the row (3), "
-                       "and no field"),
-    "text after a closing quote": (good_with(1, 'a2,"I love" this town,0.12,0'), 3, "text", NO_FIELD),
-    "huge field": (good_with(0, "a1," + "x" * 1_000_000 + ",0.81,1"), 2, "text", NO_FIELD),
+                       None),
+    "text after a closing quote": (good_with(1, 'a2,"I love" this town,0.12,0'), 3, "text", None),
+    "huge field": (good_with(0, "a1," + "x" * 1_000_000 + ",0.81,1"), 2, "text", None),
     "score not a number": (good_with(4, "a5,Crime doubled.,high,1"), 6, "score", None),
     "score empty": (good_with(4, "a5,Crime doubled.,,1"), 6, "score", None),
     "score NaN": (good_with(4, "a5,Crime doubled.,nan,1"), 6, "score", None),
@@ -170,7 +169,6 @@ def test_calibrate_process_exits_non_zero(db_url, tmp_path, case):
 
 # ---------------------------------------------------------------- `checkworthy score`
 
-SCORE_NO_FIELD = "score_cli.read_input / file_scorer.read_score_file name no field for this problem"
 IN_HEADER = "id,text"
 IN_ROWS = ["c1,The deficit tripled in four years.", "c2,Thank you all.", 'c3,"Jobs, jobs, jobs."']
 
@@ -183,19 +181,18 @@ def in_with(i: int, row: str) -> bytes:
 
 #: structural problems of an ``id,text`` file (extra columns are ignored by design)
 SCORE_INPUT_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
-    "latin-1 bytes": (in_with(1, "c2,Caf\xe9.").replace(b"\xc3\xa9", b"\xe9"), 3, "text", SCORE_NO_FIELD),
-    "UTF-16 file": ("\n".join([IN_HEADER, *IN_ROWS]).encode("utf-16"), 1, None, SCORE_NO_FIELD),
-    "NUL byte": (in_with(0, "c1,The deficit\x00 tripled."), 2, "text", SCORE_NO_FIELD),
+    "latin-1 bytes": (in_with(1, "c2,Caf\xe9.").replace(b"\xc3\xa9", b"\xe9"), 3, "text", None),
+    "UTF-16 file": ("\n".join([IN_HEADER, *IN_ROWS]).encode("utf-16"), 1, None, None),
+    "NUL byte": (in_with(0, "c1,The deficit\x00 tripled."), 2, "text", None),
     "empty file": (b"", 1, "id", None),
-    "header only": (csv_bytes(header=IN_HEADER), 2, None, SCORE_NO_FIELD),
+    "header only": (csv_bytes(header=IN_HEADER), 2, None, None),
     "missing column": (csv_bytes("c1", header="id"), 1, "text", None),
-    "missing field": (in_with(1, "c2"), 3, "text", SCORE_NO_FIELD),
-    "extra field": (in_with(1, "c2,Thank you.,9"), 3, None, SCORE_NO_FIELD),
+    "missing field": (in_with(1, "c2"), 3, "text", None),
+    "extra field": (in_with(1, "c2,Thank you.,9"), 3, None, None),
     "unclosed quote": (in_with(1, 'c2,"Thank you all.'), 3, "text",
-                       "gives the line where csv gave up (4), not the row the quote opened (3), "
-                       "and no field"),
-    "text after a closing quote": (in_with(1, 'c2,"Thank" you'), 3, "text", SCORE_NO_FIELD),
-    "huge field": (in_with(0, "c1," + "x" * 2_000_000), 2, "text", SCORE_NO_FIELD),
+                       None),
+    "text after a closing quote": (in_with(1, 'c2,"Thank" you'), 3, "text", None),
+    "huge field": (in_with(0, "c1," + "x" * 2_000_000), 2, "text", None),
     "duplicate id": (in_with(2, "c1,Jobs."), 4, "id", None),
     "empty id": (in_with(2, ",Jobs."), 4, "id", None),
     "empty text": (in_with(2, "c3,  "), 4, "text", None),
@@ -285,15 +282,13 @@ def clef_with(i: int, row: str) -> bytes:
     return clef_bytes(*rows)
 
 
-LOADER_GAP = "datasets loaders accept this without an error"
-NO_FIELD_LOADER = "datasets loaders name no field for an empty file"
 
 CLEF_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
     "latin-1 bytes": (clef_with(1, "102\tCaf\xe9.\tNo").replace(b"\xc3\xa9", b"\xe9"), 3, "Text", None),
     "UTF-16 file": ("\n".join([CLEF_HEADER, *CLEF_ROWS]).encode("utf-16"), 1, None, None),
     "NUL byte": (clef_with(0, "101\tThe deficit\x00 tripled.\tYes"), 2, "Text", None),
-    "empty file": (b"", 1, None, NO_FIELD_LOADER),
-    "header only": (clef_bytes(), 2, None, LOADER_GAP),
+    "empty file": (b"", 1, None, None),
+    "header only": (clef_bytes(), 2, None, None),
     "missing column": (clef_bytes("101\tx", header="Sentence_id\tText"), 1, "class_label", None),
     "duplicate column": (clef_bytes("101\tx\tYes\ty", header=CLEF_HEADER + "\tText"), 1, "Text", None),
     "comma-separated instead of tabs": (b"Sentence_id,Text,class_label\n1,a,Yes\n", 1, None, None),
@@ -301,7 +296,7 @@ CLEF_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
     "extra field": (clef_with(1, "102\tThank you.\tNo\t9"), 3, None, None),
     "unclosed quote": (clef_with(1, '102\t"Thank you, Chris.\tNo'), 3, "Text", None),
     "text after a closing quote": (clef_with(1, '102\t"Thank" you\tNo'), 3, "Text", None),
-    "huge field": (clef_with(0, "101\t" + "x" * 2_000_000 + "\tYes"), 2, "Text", LOADER_GAP),
+    "huge field": (clef_with(0, "101\t" + "x" * 2_000_000 + "\tYes"), 2, "Text", None),
     "label outside Yes/No": (clef_with(3, "104\tWe lost jobs.\tyes"), 5, "class_label", None),
     "label 1 instead of Yes": (clef_with(3, "104\tWe lost jobs.\t1"), 5, "class_label", None),
     "non-numeric id": (clef_with(2, "x103\tNow.\tNo"), 4, "Sentence_id", None),

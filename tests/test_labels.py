@@ -58,7 +58,8 @@ def repo(tmp_path_factory):
 
 def source_ids(engine, ids):
     with engine.connect() as conn:
-        return dict(conn.execute(text("SELECT id, source_id FROM claims WHERE id = ANY(:i)"), {"i": ids}).all())
+        return dict(conn.execute(text("SELECT id, source_id FROM claims WHERE id = ANY(:i)"),
+                                 {"i": ids}).all())
 
 
 def test_label_file_makes_a_data_version_and_a_label_set_version(engine, world, repo, tmp_path):
@@ -120,7 +121,8 @@ def test_reverting_a_correction_points_back_to_the_earlier_version(engine, world
     assert out.status == "applied" and new_head != head
     with engine.connect() as conn:
         history = labels.label_history(conn, w.lab_ids[0])
-        assert [h["label"] for h in history] == [v_prev[w.lab_ids[0]], 1 - v_prev[w.lab_ids[0]], v_prev[w.lab_ids[0]]]
+        was = v_prev[w.lab_ids[0]]
+        assert [h["label"] for h in history] == [was, 1 - was, was]
         assert labels.version_log(conn, w.lineage)[-1]["parent_id"] is not None
         # labels as they stood before the revert are still there to read
         t = history[1]["created_at"]
@@ -133,8 +135,8 @@ def test_rerunning_the_main_job_keeps_corrections(engine, world, tmp_path):
     ids = w.lab_ids[3:5]
     sid = source_ids(engine, ids)
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT c.id, c.source_id, t.text FROM claims c JOIN texts t USING (text_hash) "
-                                 "WHERE c.id = ANY(:i) ORDER BY c.id"), {"i": ids}).all()
+        rows = conn.execute(text("SELECT c.id, c.source_id, t.text FROM claims c JOIN texts t "
+                                 "USING (text_hash) WHERE c.id = ANY(:i) ORDER BY c.id"), {"i": ids}).all()
         from_file = {i: labels.label_history(conn, i)[0]["label"] for i in ids}
     out = labels.apply_label_file(engine, write_csv(tmp_path / "fix.csv", [
         [sid[i], w.tag, 1 - from_file[i], "annotator:ann"] for i in ids]), BOUNDS)
@@ -152,7 +154,8 @@ def test_bad_label_files_write_nothing(engine, world, tmp_path):
     with pytest.raises(DataError, match="unknown claim"):
         labels.apply_label_file(engine, write_csv(tmp_path / "a.csv", [["no-such-id", w.tag, 1, ""]]), BOUNDS)
     with pytest.raises(DataError, match="missing column"):
-        labels.apply_label_file(engine, write_csv(tmp_path / "b.csv", [["1", w.tag]], ("id", "dataset")), BOUNDS)
+        labels.apply_label_file(engine, write_csv(tmp_path / "b.csv", [["1", w.tag]], ("id", "dataset")),
+                                BOUNDS)
     with pytest.raises(DataError, match="row 2, field 'label'"):  # a gold-only label must still be 0/1
         sid = source_ids(engine, w.target_ids[:1])
         labels.apply_label_file(engine, write_csv(tmp_path / "c.csv", [[sid[w.target_ids[0]], w.tag, 7, ""]]),

@@ -12,6 +12,7 @@ from checkworthy import prompt
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE
 from checkworthy.scorers.ollama_backend import (
     ANSWER_SCHEMA,
+    BackendConfigError,
     BackendError,
     Gate,
     OllamaScorer,
@@ -84,8 +85,9 @@ def _sent(body: dict) -> str:
 def test_prompt_is_the_shared_builder_and_version():
     """Chat prompts are prompt.build_prompt minus the pre-fill, so the stored prompt version is right."""
     full = prompt.build_prompt(CLAIMS[0], GUIDELINES)
-    assert full == chat_prompt(CLAIMS[0], GUIDELINES) + " " + prompt.PREFILL
-    assert chat_prompt(CLAIMS[0], GUIDELINES).startswith(prompt.build_prefix(GUIDELINES))
+    chat = chat_prompt(CLAIMS[0], GUIDELINES)
+    assert full.startswith(chat) and full[len(chat):].strip() == prompt.PREFILL.strip()
+    assert chat.startswith(prompt.build_prefix(GUIDELINES))
 
 
 def test_params_paper_sampling_and_identity(server, monkeypatch):
@@ -123,10 +125,13 @@ def test_old_server_gets_plain_json_format():
 
 
 def test_missing_model_fails_before_scoring(server):
+    """A model the server lacks is a configuration error (a ValueError, which the flows do not retry),
+    raised before any claim is sent; an outage stays a plain RuntimeError (retried)."""
     s = scorer(server, model="gemma3:12b")
-    with pytest.raises(BackendError, match="ollama pull gemma3:12b"):
+    with pytest.raises(BackendConfigError, match="ollama pull gemma3:12b"):
         s.score(CLAIMS)
     assert server.model_requests() == []
+    assert issubclass(BackendConfigError, ValueError) and not issubclass(BackendError, ValueError)
 
 
 def test_transient_failures_are_retried(server):
@@ -148,7 +153,7 @@ def test_persistent_failure_raises_and_stores_nothing(server):
 @pytest.mark.parametrize("status", [400, 404])
 def test_client_errors_are_not_retried(server, status):
     server.script({"kind": "status", "status": status, "error": "invalid options"})
-    with pytest.raises(BackendError, match=f"HTTP {status}"):
+    with pytest.raises(BackendConfigError, match=f"HTTP {status}"):
         scorer(server, concurrency=1).score(CLAIMS[:1])
     assert len(server.model_requests()) == 1
 
@@ -184,10 +189,12 @@ def test_claims_cannot_escape_the_statement_slot(server):
     scorer(server).score([attack])
     sent = server.model_requests()[0].body["messages"][0]["content"]
     n_examples = len(GUIDELINES.examples)
-    assert sent.count('"""') == 2 * (n_examples + 1)
+    benign = chat_prompt("A harmless claim.", GUIDELINES)
+    assert sent.count(prompt.SLOT_OPEN) == benign.count(prompt.SLOT_OPEN) == n_examples + 1
+    assert sent.count(prompt.SLOT_CLOSE) == benign.count(prompt.SLOT_CLOSE)
     assert statement_of(sent) == prompt.neutralise_claim(attack)
     assert '"' not in statement_of(sent)
-    assert sent.endswith(prompt.neutralise_claim(attack) + '"""\nAnswer:')
+    assert sent.endswith(prompt.neutralise_claim(attack) + prompt.SLOT_CLOSE + prompt.ANSWER_LEAD.rstrip())
 
 
 @pytest.mark.parametrize(("answer", "expected"), [

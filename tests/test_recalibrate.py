@@ -7,18 +7,18 @@ calibration set, real MiniLM embeddings, imported scores (a weak model's, loosel
 from __future__ import annotations
 
 import hashlib
-from functools import cache
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 import pytest
 from sqlalchemy import text
 
 from checkworthy import labels, store
-from checkworthy.calibrate import RunSpec, compute, load_results, run_calibration
+from checkworthy.calibrate import RunSpec, compute, load_results, run_calibration, run_key
 from checkworthy.datasets import Claim, load_clef, normalise_text
 from checkworthy.embeddings import ensure_embeddings
-from checkworthy.recalibrate import find_parent, recalibrate
+from checkworthy.recalibrate import fast_run_key, find_parent, recalibrate
 from checkworthy.scorers.base import OK, Score
 from tests.conftest import raw_path
 
@@ -62,10 +62,12 @@ def build_world(engine, tag: str, n_per_class: int = 60, n_extra: int = 60, seed
     by_text: dict[str, set[int]] = {}
     for c in train:
         by_text.setdefault(normalise_text(c.text), set()).add(c.label)
-    clean = [c for c in train if normalise_text(c.text) not in dev_texts and len(by_text[normalise_text(c.text)]) == 1]
+    clean = [c for c in train
+             if normalise_text(c.text) not in dev_texts and len(by_text[normalise_text(c.text)]) == 1]
     rng = np.random.default_rng(seed)
-    pos = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 1])[: n_per_class + n_extra]]
-    neg = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 0])[: n_per_class + n_extra]]
+    n = n_per_class + n_extra
+    pos = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 1])[:n]]
+    neg = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 0])[:n]]
     lab = pos[:n_per_class] + neg[:n_per_class]
     extra = [c for pair in zip(pos[n_per_class:], neg[n_per_class:]) for c in pair][:n_extra]
     lineage, target = f"{tag}:calibration", f"{tag}:test"
@@ -119,12 +121,16 @@ def truly_affected(old: dict, new: dict, changed: set[int]) -> set[int]:
             or set(new[c]["neighbor_ids"]) & changed}
 
 
+def newest_set(conn, w: World) -> int:
+    return conn.execute(text("SELECT max(id) FROM label_sets WHERE name = :n"), {"n": w.lineage}).scalar()
+
+
 @pytest.fixture(scope="module")
 def world(engine) -> World:
     return build_world(engine, "t3-recal")
 
 
-def relabel(engine, w: World, add: list[Claim], flip: list[int], base_ids: list[int]) -> tuple[int, list[int]]:
+def relabel(engine, w: World, add: list[Claim], flip: list[int], base_ids: list[int]) -> tuple[int, list]:
     """Append labels (new claims + corrections) and freeze the next label set of the lineage."""
     with engine.begin() as conn:
         add_ids = store.store_claims_with_labels(
@@ -161,6 +167,9 @@ def test_added_and_corrected_labels_recompute_exactly_the_affected_claims(engine
     assert copied_from == {parent}
     assert run["mode"] == "incremental" and run["parent_run_id"] == parent
     assert run["params"]["n_recomputed"] + run["params"]["n_copied"] == len(new)
+    with engine.connect() as conn:
+        fp = conn.execute(text("SELECT fingerprint FROM label_sets WHERE id = :i"), {"i": ls1}).scalar_one()
+    assert fast_run_key(s1, fp) == run_key(s1, fp)
     # same inputs again: the stored run is reused, and so is it by a full run of the same spec
     assert recalibrate(engine, s1).mode == "reused"
     assert run_calibration(engine, s1) == out.run_id
@@ -173,7 +182,7 @@ def test_added_and_corrected_labels_recompute_exactly_the_affected_claims(engine
 def test_removed_labels_and_new_targets_go_through_sql_knn(engine, world):
     w = world
     with engine.connect() as conn:
-        head_id = conn.execute(text("SELECT max(id) FROM label_sets WHERE name = :n"), {"n": w.lineage}).scalar()
+        head_id = newest_set(conn, w)
         members = store.label_set_claims(conn, head_id)
     parent = recalibrate(engine, spec(w, head_id)).run_id
     with engine.connect() as conn:
@@ -200,7 +209,7 @@ def test_equal_to_full_for_other_k(engine, world, k):
     w = world
     parent = run_calibration(engine, spec(w, w.ls0, k=k))
     with engine.connect() as conn:
-        head_id = conn.execute(text("SELECT max(id) FROM label_sets WHERE name = :n"), {"n": w.lineage}).scalar()
+        head_id = newest_set(conn, w)
     s = spec(w, head_id, k=k)
     out = recalibrate(engine, s, parent_run_id=parent)
     assert out.mode in ("incremental", "reused")

@@ -28,6 +28,7 @@ from checkworthy.cli import main
 from checkworthy.datasets import load_clef
 from checkworthy.embeddings import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
+from checkworthy.versioning import dvc_data_hash, record_data_version
 from tests.conftest import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply
@@ -70,7 +71,9 @@ def _store_world(engine, name, claims, labels, scores_by_temp, n_lab, ks):
                 (store.sha256_text(c.text), {"imported": Score(float(s), OK, f"{s}")})
                 for c, s in zip(claims, scores)])
             keys[temp] = store.ScoreKey(model, "none", store.params_hash(params), "imported")
-    ctx = RunContext(code_rev="test-rev", flow_run_id="flow-test")
+    with engine.begin() as conn:
+        dv = record_data_version(conn)
+    ctx = RunContext(code_rev="test-rev", flow_run_id="flow-test", data_version_id=dv)
     runs = {temp: {k: run_calibration(engine, RunSpec(TARGET, tuple(ids[n_lab:]), ls, key, k), ctx)
                    for k in ks}
             for temp, key in keys.items()}
@@ -90,7 +93,9 @@ def hand(engine, tmp_path_factory):
     ids, ls, runs = _store_world(engine, "hand", picked, labels,
                                  {0.8: [s for _, s, _ in both], 0.1: [t for *_, t in both]}, n_lab=5, ks=[5])
     out = tmp_path_factory.mktemp("reports")
-    with engine.begin() as conn:
+    with engine.begin() as conn:  # the label set as version 1 of a lineage (migration 0003)
+        conn.execute(text("INSERT INTO label_set_versions (name, label_set_id, reason) "
+                          "VALUES ('report-test:hand', :s, 'initial')"), {"s": ls})
         path = report.save_report(conn, "report-hand", [runs[0.8][5]], out, options=HAND_OPTIONS)
     return Stored(runs[0.8], ids, ls, runs[0.1]), path
 
@@ -148,6 +153,12 @@ def test_weighted_f1_beside_the_paper(hand, engine):
     assert rows == [["5", "Baseline", "0.500", "0.179", "+0.321"],
                     ["5", "KNN", "0.481", "0.824", "-0.343"],
                     ["5", "NN-PPI", "0.605", "0.827", "-0.222"]]
+
+
+def test_summary_table(hand, engine):
+    rows = table(hand_md(hand, engine), "Summary")
+    assert rows == [["clef2024", "`file:gemma3-270m-hand`", "imported", "5", str(hand[0].runs[5]),
+                     "0.500", "0.481", "0.605", "0.827", "-0.222", "0.375"]]
 
 
 def test_class_table(hand, engine):
@@ -243,10 +254,12 @@ def test_inputs_name_every_version(hand, engine):
         fp = conn.execute(text("SELECT fingerprint FROM label_sets WHERE id = :i"),
                           {"i": hand[0].label_set}).scalar()
     assert fp in rows["label set"] and "report-test:hand:L" in rows["label set"]
+    assert rows["label set"].endswith("; version 1 of lineage `report-test:hand` (initial)")
     assert "`file:gemma3-270m-hand`" in rows["model"] and "`none`" in rows["prompt version"]
     assert "temperature = `0.8`" in rows["generation parameters"]
     assert rows["code revision (runs)"] == "`test-rev`" and rows["flow run (runs)"] == "`flow-test`"
-    for key in ("dataset version (DVC md5)", "runs", "code revision (analyses)", "calibration"):
+    assert rows["dataset version (DVC md5)"].startswith(f"`{dvc_data_hash()}` at git `")
+    for key in ("runs", "code revision (analyses)", "calibration"):
         assert rows[key] not in ("", "—")
 
 
@@ -406,6 +419,17 @@ def test_report_of_a_single_calibration_run(world, use_db, tmp_path, capsys):
     assert main(["report", f"run:{rid}"]) == 0  # now stored: re-rendered, no new analyses
     md = capsys.readouterr().out
     assert f"k=5: run {rid}" in md and "Ablation: calibration-set size |L|" in md
+
+
+def test_options_from_params_yaml():
+    o = report.AnalysisOptions.from_params({"sizes": [100, 200], "seeds": [1], "k_big": 50, "analyse": True})
+    assert o.sizes == (100, 200) and o.seeds == (1,) and o.k_big == 50 and o.size_ks == (3, 5, 10)
+    assert report.AnalysisOptions.from_params(None) == report.AnalysisOptions()
+
+
+def test_unknown_report_is_an_error(use_db, capsys):
+    assert main(["report", "no-such-report"]) == 2
+    assert "no stored report" in capsys.readouterr().err
 
 
 def test_artifact_is_a_no_op_outside_a_flow(tmp_path):

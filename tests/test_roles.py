@@ -8,6 +8,7 @@ production, and tries what the role must and must not be able to do.
 from __future__ import annotations
 
 import csv
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from sqlalchemy.pool import NullPool
 from checkworthy import audit
 from checkworthy.byo import calibrate_files
 from checkworthy.cli import main
+from checkworthy.config import ROOT
 from checkworthy.db import get_engine
 from tests.test_append_only import clef_claims
 
@@ -224,7 +226,16 @@ def test_auditor_sees_the_whole_lineage_of_a_decision(auditor, pipeline_run):
     assert any(s["score"] == first["score"] for s in scores)
 
 
-def test_auditor_runs_checkworthy_explain(logins, pipeline_run, monkeypatch, capsys):
+@pytest.fixture()
+def fresh_default_engine():
+    """``get_engine()`` caches the engine of its first DATABASE_URL under the key None: start and
+    leave this test with an empty cache so the auditor's engine is never handed to later tests."""
+    get_engine.cache_clear()
+    yield
+    get_engine.cache_clear()
+
+
+def test_auditor_runs_checkworthy_explain(logins, pipeline_run, monkeypatch, capsys, fresh_default_engine):
     sid = pipeline_run["out"][0]["id"]
     monkeypatch.setenv("DATABASE_URL", logins["auditor"])
     assert main(["explain", sid, "--run", str(pipeline_run["run_id"])]) == 0
@@ -255,3 +266,15 @@ def test_bootstrap_provisions_logins_from_the_environment(engine):
         audit.ensure_login(conn, conn.execute(text("SELECT current_user")).scalar_one(),
                            audit.PIPELINE_ROLE, "x")
     assert audit.bootstrap(engine, {k: v for k, v in env.items() if "PASSWORD" not in k}) == []
+
+
+def test_documented_queries_run_as_the_auditor(auditor, pipeline_run):
+    """Every ```sql example in docs/audit.md is valid and needs nothing beyond the auditor's rights."""
+    doc = (ROOT / "docs" / "audit.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sql\n(.*?)```", doc, re.S)
+    code = ["\n".join(ln for ln in b.splitlines() if not ln.strip().startswith("--")) for b in blocks]
+    statements = [s.strip() for b in code for s in b.split(";") if s.strip()]
+    assert len(statements) >= 8
+    with auditor.connect() as conn:
+        for sql in statements:
+            conn.execute(text(sql)).all()

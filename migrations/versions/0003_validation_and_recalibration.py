@@ -72,7 +72,8 @@ CREATE TABLE flow_run_data_versions (
     created_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (flow_run_id, data_version_id, role)
 );
-COMMENT ON TABLE flow_run_data_versions IS 'Which data versions (DVC hash + git rev) each flow run used or produced.';
+COMMENT ON TABLE flow_run_data_versions IS
+    'Which data versions (DVC hash + git rev) each flow run used or produced.';
 
 CREATE TABLE label_updates (
     id               bigserial PRIMARY KEY,
@@ -86,7 +87,9 @@ CREATE TABLE label_updates (
     flow_run_id      text,
     created_at       timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE label_updates IS 'One label file (data/labels/*.csv or checkworthy labels add), applied or rejected by validation; the same bytes are considered once.';
+COMMENT ON TABLE label_updates IS
+    'One label file (data/labels/*.csv or checkworthy labels add), applied or rejected by '
+    'validation; the same bytes are considered once.';
 
 ALTER TABLE labels ADD COLUMN update_id bigint REFERENCES label_updates;
 
@@ -102,7 +105,8 @@ CREATE TABLE label_set_versions (
     created_at       timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX label_set_versions_name ON label_set_versions (name, id DESC);
-COMMENT ON TABLE label_set_versions IS 'Append-only log of the label set in force per lineage (name); the newest row is the head.';
+COMMENT ON TABLE label_set_versions IS
+    'Append-only log of the label set in force per lineage (name); the newest row is the head.';
 
 CREATE TABLE calibration_targets (
     name            text NOT NULL,
@@ -141,8 +145,11 @@ CREATE TABLE validation_runs (
     created_at       timestamptz NOT NULL DEFAULT now(),
     UNIQUE NULLS NOT DISTINCT (subject_hash, suite_hash, targets_hash, label_update_id)
 );
-COMMENT ON TABLE validation_runs IS 'A Great Expectations label-validation suite run on a label set (label_set_id) or on the candidate set a label update would make (label_update_id).';
-COMMENT ON COLUMN validation_runs.subject_hash IS 'sha256 of the validated rows: the same rows, suite and targets are validated once.';
+COMMENT ON TABLE validation_runs IS
+    'A Great Expectations label-validation suite run on a label set (label_set_id) or on the '
+    'candidate set a label update would make (label_update_id).';
+COMMENT ON COLUMN validation_runs.subject_hash IS
+    'sha256 of the validated rows: the same rows, suite and targets are validated once.';
 
 CREATE TABLE validation_results (
     validation_run_id     bigint NOT NULL REFERENCES validation_runs,
@@ -157,15 +164,20 @@ CREATE TABLE validation_results (
     unexpected_rows       jsonb NOT NULL DEFAULT '[]',
     PRIMARY KEY (validation_run_id, check_name)
 );
-COMMENT ON TABLE validation_results IS 'One expectation of a validation run: which check, whether it passed, which rows broke it (claim ids, and dataset/id/file line for rows of a label file).';
+COMMENT ON TABLE validation_results IS
+    'One expectation of a validation run: which check, whether it passed, which rows broke it '
+    '(claim ids, and dataset/id/file line for rows of a label file).';
 
 ALTER TABLE calibration_runs
     ADD COLUMN parent_run_id bigint REFERENCES calibration_runs,
     ADD COLUMN mode text NOT NULL DEFAULT 'full' CHECK (mode IN ('full', 'incremental'));
-COMMENT ON COLUMN calibration_runs.parent_run_id IS 'The run an incremental run copied its unaffected rows from.';
+COMMENT ON COLUMN calibration_runs.parent_run_id IS
+    'The run an incremental run copied its unaffected rows from.';
 
 ALTER TABLE calibrated_results ADD COLUMN computed_in_run bigint;
-COMMENT ON COLUMN calibrated_results.computed_in_run IS 'The run that computed this row when it was copied from an earlier run; NULL: computed by run_id itself.';
+COMMENT ON COLUMN calibrated_results.computed_in_run IS
+    'The run that computed this row when it was copied from an earlier run; NULL: computed by '
+    'run_id itself.';
 
 CREATE TABLE change_events (
     id               bigserial PRIMARY KEY,
@@ -190,7 +202,8 @@ JOIN validation_results r ON r.validation_run_id = v.id
 LEFT JOIN label_updates u ON u.id = v.label_update_id
 LEFT JOIN data_versions dv ON dv.id = v.data_version_id;
 COMMENT ON VIEW audit_validations IS
-    'One row per (validation run, expectation): which label set or label file, which check, which rows broke it.';
+    'One row per (validation run, expectation): which label set or label file, which check, '
+    'which rows broke it.';
 
 CREATE VIEW audit_label_set_versions AS
 SELECT v.id AS version_id, v.name AS lineage,
@@ -205,7 +218,9 @@ LEFT JOIN data_versions dv ON dv.id = v.data_version_id;
 COMMENT ON VIEW audit_label_set_versions IS
     'Every version of every label-set lineage, with the label file and data version that made it.';
 
-COMMENT ON TABLE change_events IS 'Label and guideline changes (one per label update / guideline version) and the Prefect event emitted for each.';
+COMMENT ON TABLE change_events IS
+    'Label and guideline changes (one per label update / guideline version) and the Prefect '
+    'event emitted for each.';
 """
 
 DOWNGRADE = """

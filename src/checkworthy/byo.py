@@ -23,8 +23,8 @@ from checkworthy.calibrate import RunSpec, load_results, neighbor_source_ids, ru
 from checkworthy.embeddings import ensure_embeddings
 from checkworthy.errors import DataError
 from checkworthy.scorers.base import OK, Score
+from checkworthy.tabular import read_rows
 
-MAX_FIELD = 100_000
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
 
 
@@ -42,52 +42,9 @@ class Row:
 def read_scored_csv(path: Path, label_required: bool) -> list[Row]:
     """Read and validate a scored-claims CSV; raise :class:`DataError` at the first problem."""
     required = ["id", "text", "score"] + (["label"] if label_required else [])
-    allowed = set(required) | {"label"}
-    name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(name, None, None, f"cannot read the file: {exc.strerror}") from exc
-    if b"\x00" in raw:
-        line = raw[: raw.index(b"\x00")].count(b"\n") + 1
-        raise DataError(name, line, None, "contains a NUL byte")
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(name, line, None, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from exc
-    if not content.strip():
-        raise DataError(name, 1, None, "the file is empty: expected a header " + ",".join(required))
-    csv.field_size_limit(MAX_FIELD)
-    reader = csv.reader(content.splitlines(keepends=True), strict=True)
-    try:
-        header = [h.strip() for h in next(reader)]
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise DataError(name, 1, missing[0], f"missing column (header: {','.join(header)})")
-        extra = [c for c in header if c not in allowed]
-        if extra:
-            raise DataError(name, 1, extra[0], f"unexpected column (allowed: {', '.join(sorted(allowed))})")
-        if len(set(header)) != len(header):
-            raise DataError(name, 1, None, "a column name appears twice")
-        rows: list[Row] = []
-        seen: dict[str, int] = {}
-        for fields in reader:
-            line = reader.line_num
-            if not fields:
-                continue
-            if len(fields) != len(header):
-                raise DataError(name, line, None, f"expected {len(header)} fields, got {len(fields)}")
-            rec = dict(zip(header, fields))
-            rows.append(_row(name, line, rec, seen, "label" in header))
-    except csv.Error as exc:
-        problem = str(exc)
-        if "field larger" in problem:
-            problem = f"a field is longer than {MAX_FIELD} characters"
-        raise DataError(name, reader.line_num or None, None, f"malformed CSV: {problem}") from exc
-    if not rows:
-        raise DataError(name, 2, None, "no data rows")
-    return rows
+    header, records = read_rows(path, required, allowed=["label"])
+    seen: dict[str, int] = {}
+    return [_row(str(path), line, rec, seen, "label" in header) for line, rec in records]
 
 
 def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_label: bool) -> Row:

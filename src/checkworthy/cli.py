@@ -28,11 +28,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.limit:
         params["limit"] = args.limit
     engine = _engine()
-    scorers = [make_scorer(m["spec"], **{k: v for k, v in m.items() if k != "spec"},
-                           **params.get("scoring", {}))
-               for m in params["models"]]
-    result = run_pipeline(engine, params, scorers, echo=print)
-    run_ids = sorted(result.runs.values())
+    if args.flow:  # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set)
+        result = _flows().pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
+                                        commit_data=args.commit_data)
+        run_ids = sorted(result["run_ids"])
+    else:
+        scorers = [make_scorer(m["spec"], **{k: v for k, v in m.items() if k != "spec"},
+                               **params.get("scoring", {}))
+                   for m in params["models"]]
+        run_ids = sorted(run_pipeline(engine, params, scorers, echo=print).runs.values())
     with engine.begin() as conn:
         rows = report.table_rows(conn, run_ids)
         print()
@@ -42,6 +46,60 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   options=report.AnalysisOptions.from_params(params.get("report")))
     print(f"\nreport: {path}\nwall time: {time.monotonic() - t0:.0f} s")
     return 0
+
+
+def _flows():
+    """The Prefect flows module (``flows/pipeline.py`` in the project root)."""
+    from checkworthy.config import ROOT
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import flows.pipeline
+
+    return flows.pipeline
+
+
+def cmd_labels(args: argparse.Namespace) -> int:
+    """``labels add FILE``: version and validate a label file, append its labels, recalibrate.
+
+    ``labels versions [LINEAGE]``: the versions of each label-set lineage.
+    """
+    from checkworthy import labels
+
+    if args.labels_command == "versions":
+        with _engine().connect() as conn:
+            for name in [args.lineage] if args.lineage else sorted(labels.heads(conn)):
+                print(name)
+                for i, v in enumerate(labels.version_log(conn, name), 1):
+                    print(f"  v{i}: label set {v['label_set_id']} ({v['n_items']} claims, "
+                          f"{v['n_positive']} positive) {v['reason']}, {v['created_at']:%Y-%m-%d %H:%M}, "
+                          f"data {v['dvc_hash'] or '-'}")
+        return 0
+    labels.read_label_csv(Path(args.file))  # a malformed file fails before anything starts
+    out = _flows().label_update_flow(files=[str(Path(args.file).resolve())],
+                                     recalibrate_now=not args.event_only)
+    from sqlalchemy import text
+
+    for u in out["updates"]:
+        print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "
+              f"{u['n_appended']} labels appended, data version {u['data_version_id']}")
+        for name, ls in u["new_heads"].items():
+            print(f"  {name}: new label set version {ls}")
+        if u["status"] == "rejected":
+            with _engine().connect() as conn:
+                for r in conn.execute(text(
+                        "SELECT check_name, unexpected_rows, observed FROM validation_results "
+                        "WHERE validation_run_id = ANY(:v) AND NOT success ORDER BY check_name"),
+                        {"v": u["validation_run_ids"]}):
+                    where = ", ".join(f"line {x['line']}" if x.get("line") else f"claim {x['claim_id']}"
+                                      for x in r.unexpected_rows[:10])
+                    print(f"  failed {r.check_name}: {where or f'observed {r.observed}'}")
+    recal = out.get("recalibration")
+    if recal:
+        for r in recal["runs"]:
+            print(f"  run {r['run_id']}: {r['mode']}, {r['n_recomputed']} claims recomputed, "
+                  f"{r['n_copied']} copied")
+    return 0 if all(u["status"] == "applied" for u in out["updates"]) else 1
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -153,7 +211,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", help="report name (default: run-<timestamp>)")
     r.add_argument("--reports-dir", default=str(REPORTS_DIR))
     r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
+    r.add_argument("--no-flow", dest="flow", action="store_false",
+                   help="run the steps directly instead of as the Prefect pipeline flow")
+    r.add_argument("--no-commit-data", dest="commit_data", action="store_false",
+                   help="record data.dvc's version as is (default: snapshot data/ with dvc add first)")
     r.set_defaults(func=cmd_run)
+
+    lab = sub.add_parser("labels", help="label updates: add a label file, list label-set versions")
+    lab_sub = lab.add_subparsers(dest="labels_command", required=True)
+    la = lab_sub.add_parser("add", help="add or correct labels from a CSV id,dataset,label[,source][,text]")
+    la.add_argument("file")
+    la.add_argument("--event-only", action="store_true",
+                    help="only emit checkworthy.labels.updated (a served deployment recalibrates)")
+    la.set_defaults(func=cmd_labels)
+    lv = lab_sub.add_parser("versions", help="the versions of each label-set lineage")
+    lv.add_argument("lineage", nargs="?")
+    lv.set_defaults(func=cmd_labels)
 
     c = sub.add_parser("calibrate", help="calibrate your own scores with NN-PPI")
     c.add_argument("--labeled", required=True, help="CSV with id,text,score,label")

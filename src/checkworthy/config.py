@@ -33,6 +33,8 @@ def quiet_offline_env() -> None:
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # the ephemeral API starts in 12-20 s on an idle 2-core machine; give a busy one room
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
         "DO_NOT_TRACK": "1",
         "DVC_NO_ANALYTICS": "1",
     }.items():

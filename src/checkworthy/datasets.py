@@ -349,7 +349,11 @@ def _column_name(header: Sequence[str], i: int) -> str:
     return header[i] if i < len(header) else f"#{i + 1} (beyond the last column {header[-1]!r})"
 
 
-def _parse(
+#: a longer field is damage (a lost closing quote swallowing the file), not a sentence
+MAX_FIELD_CHARS = 100_000
+
+
+def parse_delimited(
     path: Path_, delimiter: str, required: Sequence[str], report: LoadReport
 ) -> tuple[list[str], Iterator[_Record]]:
     """Header and data records of a delimited file; checks header and characters."""
@@ -358,20 +362,28 @@ def _parse(
     records = _records(text, delimiter)
 
     def checked(it: Iterator[_Record], header: Sequence[str]) -> Iterator[_Record]:
+        n = 0
         try:
             for rec in it:
                 for i, value in enumerate(rec.fields):
                     _check_chars(file, rec.line, _column_name(header, i), value)
+                    if len(value) > MAX_FIELD_CHARS:
+                        raise DataError(file, rec.line, _column_name(header, i),
+                                        f"longer than {MAX_FIELD_CHARS:,} characters")
+                n += not (len(rec.fields) == 1 and not rec.fields[0].strip())  # blank lines aside
                 yield rec
         except _ParseError as e:
             raise DataError(file, e.line, _column_name(header, e.field_index), e.problem) from None
+        if n == 0:
+            raise DataError(file, 2, required[0], "no data rows after the header")
 
     try:
         first = next(records, None)
     except _ParseError as e:
         raise DataError(file, e.line, f"header field #{e.field_index + 1}", e.problem) from None
     if first is None or first.fields == [""]:
-        raise DataError(file, 1, None, "file is empty (no header line)")
+        raise DataError(file, 1, required[0],
+                        f"file is empty (no header line; expected {', '.join(required)})")
     header = first.fields
     for i, name in enumerate(header):
         _check_chars(file, 1, f"header field #{i + 1}", name)
@@ -384,7 +396,7 @@ def _parse(
     return header, checked(records, header)
 
 
-def _field_count_error(file: str, line: int, header: Sequence[str], n: int) -> DataError:
+def field_count_error(file: str, line: int, header: Sequence[str], n: int) -> DataError:
     name = header[n] if n < len(header) else _column_name(header, len(header))
     return DataError(file, line, name, f"expected {len(header)} fields, got {n}")
 
@@ -505,7 +517,7 @@ def load_claimbuster(path: Path_, *, expected_sha256: str | None = None) -> tupl
     """
     file = str(path)
     report = LoadReport(file=file)
-    header, records = _parse(path, ",", _CLAIMBUSTER_COLUMNS, report)
+    header, records = parse_delimited(path, ",", _CLAIMBUSTER_COLUMNS, report)
     col = {name: i for i, name in enumerate(header)}
     claims: list[Claim] = []
     n_quoted_with_quotes = 0
@@ -515,7 +527,7 @@ def load_claimbuster(path: Path_, *, expected_sha256: str | None = None) -> tupl
             report.dropped.append(Dropped(rec.line, "blank line"))
             continue
         if len(fields) != len(header):
-            raise _field_count_error(file, rec.line, header, len(fields))
+            raise field_count_error(file, rec.line, header, len(fields))
         report.rows_read += 1
         sid = fields[col["Sentence_id"]].strip()
         if not _ID.fullmatch(sid):
@@ -593,7 +605,7 @@ def load_clef(
         raise ValueError("split must be a non-empty name such as 'train' or 'dev-test'")
     file = str(path)
     report = LoadReport(file=file)
-    header, records = _parse(path, "\t", _CLEF_COLUMNS, report)
+    header, records = parse_delimited(path, "\t", _CLEF_COLUMNS, report)
     col = {name: i for i, name in enumerate(header)}
     ncols = len(header)
     first_ok, last_ok = col["Sentence_id"] == 0, col["class_label"] == ncols - 1
@@ -628,7 +640,7 @@ def load_clef(
             fields = [m.group(2)] + fields[ncols:]
             quoted = [False] + quoted[ncols:]
         if len(fields) != ncols:
-            raise _field_count_error(file, rec.line, header, len(fields))
+            raise field_count_error(file, rec.line, header, len(fields))
         rows.append((fields, quoted))
 
         for fields, quoted in rows:

@@ -85,7 +85,8 @@ def read_label_csv(path: Path) -> list[LabelRow]:
                 raise DataError(name, 1, col, f"missing column (header: {','.join(header)})")
         extra = [c for c in header if c not in REQUIRED + OPTIONAL]
         if extra:
-            raise DataError(name, 1, extra[0], "unexpected column (allowed: id, dataset, label, source, text)")
+            raise DataError(name, 1, extra[0],
+                            "unexpected column (allowed: id, dataset, label, source, text)")
         rows = []
         for fields in reader:
             line = reader.line_num
@@ -208,8 +209,8 @@ def set_head(
         return False
     conn.execute(
         text(
-            """INSERT INTO label_set_versions (name, label_set_id, parent_id, update_id, data_version_id, reason)
-               VALUES (:n, :s, :p, :u, :dv, :r)"""
+            """INSERT INTO label_set_versions (name, label_set_id, parent_id, update_id, data_version_id,
+               reason) VALUES (:n, :s, :p, :u, :dv, :r)"""
         ),
         {"n": name, "s": label_set_id, "p": head.id if head else None, "u": update_id,
          "dv": data_version_id, "r": reason},
@@ -303,7 +304,7 @@ class LabelUpdateOutcome:
 
 @cache
 def _raw_claims(dataset: str) -> dict[str, Any]:
-    """Claims of a project dataset by source id, read from the raw files (for label rows of unstored claims)."""
+    """Claims of a project dataset by source id, from the raw files (label rows of unstored claims)."""
     from checkworthy.pipeline import load_dataset
 
     claims, _ = load_dataset(dataset)
@@ -327,15 +328,16 @@ def _resolve(conn: Connection, path: Path, rows: Sequence[LabelRow]) -> dict[tup
         key = (r.dataset, r.id)
         if key in out:
             if r.text is not None and out[key]["claim_id"] is not None and r.text != out[key]["text"]:
-                raise DataError(path, r.line, "text", f"claim {r.id!r} of {r.dataset!r} is stored with another text")
+                raise DataError(path, r.line, "text",
+                                f"claim {r.id!r} of {r.dataset!r} is stored with another text")
             continue
         if r.text is not None:
             out[key] = {"claim_id": None, "split": "labels", "text": r.text}
             continue
         raw = _raw_claims(r.dataset) if r.dataset in ("claimbuster", "clef2024") else {}
         if r.id not in raw:
-            raise DataError(path, r.line, "id", f"unknown claim {r.id!r} of {r.dataset!r}: give its text in a "
-                            "'text' column")
+            raise DataError(path, r.line, "id",
+                            f"unknown claim {r.id!r} of {r.dataset!r}: give its text in a 'text' column")
         out[key] = {"claim_id": None, "split": raw[r.id].split, "text": raw[r.id].text}
     return out
 
@@ -370,8 +372,9 @@ def plan_update(
             continue
         touched = {(r.dataset, r.id) for r in mine}
         cand = [b for b in base if (b["dataset"], b["source_id"]) not in touched]
-        cand += [{"claim_id": resolved[(r.dataset, r.id)]["claim_id"], "dataset": r.dataset, "source_id": r.id,
-                  "text": resolved[(r.dataset, r.id)]["text"], "label": r.label, "line": r.line} for r in mine]
+        cand += [{"claim_id": resolved[(r.dataset, r.id)]["claim_id"], "dataset": r.dataset,
+                  "source_id": r.id, "text": resolved[(r.dataset, r.id)]["text"], "label": r.label,
+                  "line": r.line} for r in mine]
         candidates.append(Candidate(name, head_id, cand, touched))
     return candidates, resolved
 
@@ -473,7 +476,8 @@ def _append(
 
 def _outcome_of(conn: Connection, row: Mapping[str, Any]) -> LabelUpdateOutcome:
     heads_ = conn.execute(
-        text("SELECT name, label_set_id FROM label_set_versions WHERE update_id = :u ORDER BY id"), {"u": row["id"]}
+        text("SELECT name, label_set_id FROM label_set_versions WHERE update_id = :u ORDER BY id"),
+        {"u": row["id"]},
     ).all()
     vids = conn.execute(text("SELECT id FROM validation_runs WHERE label_update_id = :u ORDER BY id"),
                         {"u": row["id"]}).scalars().all()
@@ -545,7 +549,8 @@ def reconstruct_label_set(conn: Connection, label_set_id: int) -> dict[int, int]
         {"s": label_set_id},
     ).all()
     fingerprint = store.sha256_text("\n".join(sorted(f"{r.claim_id}:{r.text_hash}:{r.label}" for r in rows)))
-    expected = conn.execute(text("SELECT fingerprint FROM label_sets WHERE id = :s"), {"s": label_set_id}).scalar_one()
+    expected = conn.execute(text("SELECT fingerprint FROM label_sets WHERE id = :s"),
+                            {"s": label_set_id}).scalar_one()
     if fingerprint != expected:
         raise ValueError(f"label set {label_set_id}: history does not reproduce its fingerprint")
     return {r.claim_id: r.label for r in rows}
@@ -601,7 +606,7 @@ def ingest_claims(engine: Engine, path: Path) -> dict[str, list[int]]:
             raise DataError(name, 1, missing[0], "missing column (need id,dataset,text)")
         rows = []
         for rec in reader:
-            if not (rec["id"] or "").strip() or not (rec["text"] or "").strip() or not (rec["dataset"] or "").strip():
+            if not all((rec[c] or "").strip() for c in ("id", "dataset", "text")):
                 raise DataError(name, reader.line_num, None, "id, dataset and text must not be empty")
             rows.append(store.NewClaim(rec["dataset"].strip(), "incoming", rec["id"].strip(), rec["text"]))
     out: dict[str, list[int]] = {}

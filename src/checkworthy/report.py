@@ -658,6 +658,8 @@ def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy re
     metrics = {r["id"]: load_metrics(conn, r["id"]) for r in runs}
     analyses = _load_analyses(conn, runs, analysis_ids)
     score_params = {r["id"]: _score_params(conn, r) for r in runs}
+    for r in runs:
+        r["lineage"] = _lineage(conn, r["label_set_id"])
     groups = _groups(runs)
     doc = Document(title)
     figures: dict[str, Callable[[], bytes]] = {}
@@ -729,6 +731,20 @@ def _data_beside_paper(doc: Document, groups: Sequence[_Group], metrics: Mapping
                 "set size, next to the paper's splits."))
 
 
+def _lineage(conn: Connection, label_set_id: int) -> str:
+    """Where the label set sits in its lineage (migration 0003's label_set_versions), if recorded."""
+    if conn.execute(text("SELECT to_regclass('label_set_versions')")).scalar() is None:
+        return ""
+    row = conn.execute(
+        text("""SELECT v.name, v.id, v.reason,
+                       (SELECT count(*) FROM label_set_versions w WHERE w.name = v.name AND w.id <= v.id) AS n
+                FROM label_set_versions v WHERE v.label_set_id = :ls ORDER BY v.id LIMIT 1"""),
+        {"ls": label_set_id}).first()
+    if row is None:
+        return ""
+    return f"; version {row.n} of lineage {code(row.name)} ({esc(row.reason)})"
+
+
 def _inputs(g: _Group, analyses: Mapping, score_params: Mapping[int, dict]) -> Table:
     r = g.run0
     sp = score_params[r["id"]]
@@ -747,7 +763,8 @@ def _inputs(g: _Group, analyses: Mapping, score_params: Mapping[int, dict]) -> T
         ["dataset version (DVC md5)",
          f"{code(r['dvc_hash'] or '—')} at git {code(r['data_git_rev'] or '—')}"],
         ["label set", f"{code(r['label_set_name'])} (id {r['label_set_id']}, {r['n_items']} claims, "
-                      f"{r['n_positive']} check-worthy), fingerprint {code(r['label_set_fingerprint'])}"],
+                      f"{r['n_positive']} check-worthy), fingerprint {code(r['label_set_fingerprint'])}"
+                      f"{r['lineage']}"],
         ["model", f"{code(r['model_spec'])} ({esc(r['model_kind'])})"
                   + (f", details {code(json.dumps(r['model_details'], sort_keys=True))}"
                      if r["model_details"] else "")],

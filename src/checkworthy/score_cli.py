@@ -5,8 +5,8 @@
 go through the same store and :func:`checkworthy.scoring.score_missing` as the main job, so the
 cache key (model, prompt version, parameter hash, kind) is the same: a claim scored by the pipeline
 is not rescored here and vice versa, and an interrupted run resumes. Model options come from
-params.yaml (the ``scoring`` section and the matching ``models`` entry, as ``checkworthy run``
-builds them) overridden by ``--opt KEY=VALUE``.
+params.yaml (the ``scoring`` section, then the matching ``models`` entry, as the flows build them)
+overridden by ``--opt KEY=VALUE``.
 
 ``train-classifier`` trains the leakage-free classifier artefact (``scorers.classifier``) and prints
 its F1 on the test splits it excluded.
@@ -30,8 +30,8 @@ from sqlalchemy import Engine, text
 
 from checkworthy import store
 from checkworthy.errors import DataError
+from checkworthy.tabular import read_rows
 
-MAX_FIELD = 100_000
 #: integer usage fields summed for the cost report (OpenAI and Ollama names)
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens",
                 "prompt_eval_count", "eval_count")
@@ -44,50 +44,22 @@ def read_input(path: Path) -> list[tuple[str, str]]:
     """``(id, text)`` rows of a CSV with ``id`` and ``text`` columns (others ignored).
 
     Raises :class:`DataError` (file, line, field) on a missing column, empty or duplicate id,
-    empty text, NUL or non-UTF-8 bytes, malformed CSV.
+    empty text, NUL or non-UTF-8 bytes, malformed CSV (see :mod:`checkworthy.tabular`).
     """
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(name, None, None, f"cannot read the file: {exc.strerror}") from exc
-    if b"\x00" in raw:
-        raise DataError(name, raw[: raw.index(b"\x00")].count(b"\n") + 1, None, "contains a NUL byte")
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(name, line, None, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from exc
-    csv.field_size_limit(MAX_FIELD)
-    reader = csv.reader(content.splitlines(keepends=True), strict=True)
+    _, records = read_rows(path, ["id", "text"])
     rows: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
-    try:
-        header = [h.strip() for h in next(reader, [])]
-        for column in ("id", "text"):
-            if column not in header:
-                raise DataError(name, 1, column, f"missing column (header: {','.join(header) or 'empty'})")
-        i_id, i_text = header.index("id"), header.index("text")
-        for fields in reader:
-            line = reader.line_num
-            if not fields:
-                continue
-            if len(fields) != len(header):
-                raise DataError(name, line, None, f"expected {len(header)} fields, got {len(fields)}")
-            cid, txt = fields[i_id].strip(), fields[i_text]
-            if not cid:
-                raise DataError(name, line, "id", "empty id")
-            if cid in seen:
-                raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
-            seen[cid] = line
-            if not txt.strip():
-                raise DataError(name, line, "text", "empty text")
-            rows.append((cid, txt))
-    except csv.Error as exc:
-        problem = "a field is longer than 100000 characters" if "field larger" in str(exc) else str(exc)
-        raise DataError(name, reader.line_num or None, None, f"malformed CSV: {problem}") from exc
-    if not rows:
-        raise DataError(name, 2, None, "no data rows")
+    for line, rec in records:
+        cid, txt = rec["id"].strip(), rec["text"]
+        if not cid:
+            raise DataError(name, line, "id", "empty id")
+        if cid in seen:
+            raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
+        seen[cid] = line
+        if not txt.strip():
+            raise DataError(name, line, "text", "empty text")
+        rows.append((cid, txt))
     return rows
 
 
@@ -103,14 +75,15 @@ def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def model_options(spec: str, params_path: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Options as ``checkworthy run`` builds them (model entry, then ``scoring``), then overrides."""
+    """Options as the pipeline builds them (``scoring``, then the matching ``models`` entry), then
+    ``--opt`` overrides: same options, same parameter hash, same cache key."""
     options: dict[str, Any] = {}
     if params_path is not None and params_path.exists():
         params = yaml.safe_load(params_path.read_text(encoding="utf-8")) or {}
+        options |= params.get("scoring") or {}
         for entry in params.get("models") or []:
             if entry.get("spec") == spec:
                 options |= {k: v for k, v in entry.items() if k != "spec"}
-        options |= params.get("scoring") or {}
     return options | overrides
 
 

@@ -60,7 +60,7 @@ class Bounds:
         rate = v.pop("positive_rate", None)
         if rate is not None:
             v["min_positive_rate"], v["max_positive_rate"] = rate
-        return cls(**{k: v[k] for k in ("min_rows", "max_rows", "min_positive_rate", "max_positive_rate") if k in v})
+        return cls(**{k: v[k] for k in cls.__dataclass_fields__ if k in v})
 
 
 @dataclass
@@ -177,9 +177,10 @@ def _expectations(bounds: Bounds) -> list[tuple[str, Any]]:
         ("one_label_per_text", gxe.ExpectColumnValuesToBeBetween(column="labels_for_text", min_value=0,
                                                                   max_value=1)),
         ("no_leakage", gxe.ExpectColumnValuesToBeInSet(column="shared_with_targets", value_set=[False])),
-        ("class_balance", gxe.ExpectColumnMeanToBeBetween(column="label_num", min_value=bounds.min_positive_rate,
-                                                          max_value=bounds.max_positive_rate)),
-        ("row_count", gxe.ExpectTableRowCountToBeBetween(min_value=bounds.min_rows, max_value=bounds.max_rows)),
+        ("class_balance", gxe.ExpectColumnMeanToBeBetween(
+            column="label_num", min_value=bounds.min_positive_rate, max_value=bounds.max_positive_rate)),
+        ("row_count", gxe.ExpectTableRowCountToBeBetween(
+            min_value=bounds.min_rows, max_value=bounds.max_rows)),
     ]
 
 
@@ -241,14 +242,16 @@ def store_outcome(
 
     run_id = conn.execute(
         text(
-            """INSERT INTO validation_runs (label_set_name, label_set_id, label_update_id, subject_hash, suite_name,
-               suite_hash, targets_hash, success, n_rows, statistics, gx_version, data_version_id)
+            """INSERT INTO validation_runs (label_set_name, label_set_id, label_update_id, subject_hash,
+               suite_name, suite_hash, targets_hash, success, n_rows, statistics, gx_version, data_version_id)
                VALUES (:n, :ls, :u, :sh, :sn, :suh, :th, :ok, :nr, CAST(:st AS jsonb), :gv, :dv)
-               ON CONFLICT (subject_hash, suite_hash, targets_hash, label_update_id) DO NOTHING RETURNING id"""
+               ON CONFLICT (subject_hash, suite_hash, targets_hash, label_update_id) DO NOTHING
+               RETURNING id"""
         ),
         {"n": label_set_name, "ls": label_set_id, "u": label_update_id, "sh": outcome.subject_hash,
          "sn": SUITE_NAME, "suh": outcome.suite_hash, "th": outcome.targets_hash, "ok": outcome.success,
-         "nr": outcome.n_rows, "st": json.dumps(outcome.statistics), "gv": gx.__version__, "dv": data_version_id},
+         "nr": outcome.n_rows, "st": json.dumps(outcome.statistics), "gv": gx.__version__,
+         "dv": data_version_id},
     ).scalar()
     if run_id is None:
         return conn.execute(
@@ -259,8 +262,8 @@ def store_outcome(
         ).scalar_one()
     conn.execute(
         text(
-            """INSERT INTO validation_results (validation_run_id, check_name, expectation, success, column_name,
-               kwargs, observed, unexpected_count, unexpected_claim_ids, unexpected_rows)
+            """INSERT INTO validation_results (validation_run_id, check_name, expectation, success,
+               column_name, kwargs, observed, unexpected_count, unexpected_claim_ids, unexpected_rows)
                VALUES (:r, :c, :e, :ok, :col, CAST(:kw AS jsonb), CAST(:obs AS jsonb), :n, :ids,
                CAST(:rows AS jsonb))"""
         ),
@@ -286,7 +289,8 @@ def validate_label_set(
     """Validate a stored label set against the claims its lineage calibrates; store the verdict."""
     bounds = bounds or Bounds()
     with engine.begin() as conn:
-        name = conn.execute(text("SELECT name FROM label_sets WHERE id = :i"), {"i": label_set_id}).scalar_one()
+        name = conn.execute(text("SELECT name FROM label_sets WHERE id = :i"),
+                            {"i": label_set_id}).scalar_one()
         frame = build_frame(label_set_rows(conn, label_set_id), target_texts(conn, name))
         outcome = run_suite(frame, bounds)
         vid = store_outcome(conn, outcome, name, label_set_id, None, data_version_id)

@@ -43,14 +43,19 @@ def dvc_data_hash(dvc_file: Path = ROOT / "data.dvc") -> str:
 
 
 def git_rev() -> str:
-    """The code revision (``<sha>`` or ``<sha>-dirty``); empty outside a git checkout."""
+    """The code revision (``<sha>`` or ``<sha>-dirty``).
+
+    Outside a git checkout (a container image) it is ``$CHECKWORTHY_CODE_REV``, set at build time.
+    """
+    if os.environ.get("CHECKWORTHY_CODE_REV"):
+        return os.environ["CHECKWORTHY_CODE_REV"]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return ""
+        return os.environ.get("CHECKWORTHY_CODE_REV", "")
     return f"{sha}-dirty" if dirty else sha
 
 

@@ -16,7 +16,6 @@ Why it is shaped like this:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import math
 import re
@@ -26,9 +25,9 @@ from typing import Any
 
 from checkworthy.errors import DataError
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
+from checkworthy.tabular import read_rows
 
 DEFAULT_KIND = "imported"
-MAX_FIELD = 1_000_000
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
@@ -52,57 +51,35 @@ def _loose(text: str) -> str:
 
 
 def read_score_file(path: Path, score_column: str = "score") -> tuple[dict[str, Score], str]:
-    """``{text: Score}`` and the file's sha256; raise :class:`DataError` on structural problems."""
+    """``{text: Score}`` and the file's sha256; raise :class:`DataError` on structural problems.
+
+    Parsing (encoding, NUL bytes, quoting, field counts, sizes) is :mod:`checkworthy.tabular`'s;
+    a bad score *cell* is not structural: it becomes a stored failure with the cell as raw text.
+    """
     name = str(path)
     try:
-        raw = Path(path).read_bytes()
+        sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError as exc:
         raise DataError(name, None, None, f"cannot read the file: {exc.strerror}") from exc
-    sha = hashlib.sha256(raw).hexdigest()
-    if b"\x00" in raw:
-        raise DataError(name, raw[: raw.index(b"\x00")].count(b"\n") + 1, None, "contains a NUL byte")
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(name, line, None, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from exc
-    csv.field_size_limit(MAX_FIELD)
-    reader = csv.reader(content.splitlines(keepends=True), strict=True)
+    _, records = read_rows(path, ["id", "text", score_column])
     scores: dict[str, Score] = {}
     first: dict[str, tuple[int, str]] = {}
     seen_ids: dict[str, int] = {}
-    try:
-        header = [h.strip() for h in next(reader, [])]
-        for column in ("id", "text", score_column):
-            if column not in header:
-                raise DataError(name, 1, column, f"missing column (header: {','.join(header) or 'empty'})")
-        if len(set(header)) != len(header):
-            raise DataError(name, 1, None, "a column name appears twice")
-        col = {h: i for i, h in enumerate(header)}
-        for fields in reader:
-            line = reader.line_num
-            if not fields:
-                continue
-            if len(fields) != len(header):
-                raise DataError(name, line, None, f"expected {len(header)} fields, got {len(fields)}")
-            cid, text, cell = fields[col["id"]].strip(), fields[col["text"]], fields[col[score_column]]
-            if not cid:
-                raise DataError(name, line, "id", "empty id")
-            if cid in seen_ids:
-                raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen_ids[cid]})")
-            seen_ids[cid] = line
-            if not text.strip():
-                raise DataError(name, line, "text", "empty text")
-            if text in first and first[text][1] != cell:
-                raise DataError(name, line, score_column, f"the same text has score {first[text][1]!r} "
-                                                          f"on line {first[text][0]}")
-            first.setdefault(text, (line, cell))
-            score, status = parse_cell(cell)
-            scores[text] = Score(score, status, cell, {"source_id": cid, "line": line})
-    except csv.Error as exc:
-        raise DataError(name, reader.line_num or None, None, f"malformed CSV: {exc}") from exc
-    if not scores:
-        raise DataError(name, 2, None, "no data rows")
+    for line, rec in records:
+        cid, text, cell = rec["id"].strip(), rec["text"], rec[score_column]
+        if not cid:
+            raise DataError(name, line, "id", "empty id")
+        if cid in seen_ids:
+            raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen_ids[cid]})")
+        seen_ids[cid] = line
+        if not text.strip():
+            raise DataError(name, line, "text", "empty text")
+        if text in first and first[text][1] != cell:
+            raise DataError(name, line, score_column, f"the same text has score {first[text][1]!r} "
+                                                      f"on line {first[text][0]}")
+        first.setdefault(text, (line, cell))
+        score, status = parse_cell(cell)
+        scores[text] = Score(score, status, cell, {"source_id": cid, "line": line})
     return scores, sha
 
 

@@ -77,7 +77,13 @@ ANSWER_SCHEMA: dict[str, Any] = {
 
 
 class BackendError(RuntimeError):
-    """The service failed after all retries, or is misconfigured: nothing is stored for the chunk."""
+    """The service kept failing after all retries: nothing is stored for the chunk (worth retrying
+    later; the flows' ``retry_model`` retries a ``RuntimeError``)."""
+
+
+class BackendConfigError(BackendError, ValueError):
+    """The service refuses the request itself (unknown model, bad key, unsupported option): retrying
+    cannot help, so it is also a ``ValueError`` (which the flows do not retry)."""
 
 
 def chat_prompt(claim: str, guidelines: Guidelines) -> str:
@@ -389,7 +395,7 @@ class OllamaScorer:
         entry = next((m for m in tags.models if m.model == self.model), None)
         if entry is None:
             names = ", ".join(sorted(m.model or "?" for m in tags.models)) or "none"
-            raise BackendError(f"model {self.model!r} is not on the Ollama server (it has: {names}); "
+            raise BackendConfigError(f"model {self.model!r} is not on the Ollama server (it has: {names}); "
                                f"run `ollama pull {self.model}`")
         details = entry.details
         return {
@@ -525,5 +531,5 @@ def _classify(exc: BaseException) -> Retry | None:
     if isinstance(exc, ollama.ResponseError):
         if exc.status_code == -1 or exc.status_code in _RETRY_STATUS:
             return Retry(f"HTTP {exc.status_code}: {exc.error}")
-        raise BackendError(f"ollama refused the request: HTTP {exc.status_code}: {exc.error}") from exc
+        raise BackendConfigError(f"ollama refused the request: HTTP {exc.status_code}: {exc.error}") from exc
     return None

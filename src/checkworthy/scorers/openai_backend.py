@@ -43,7 +43,7 @@ from checkworthy.scorers.base import ERROR, Score
 from checkworthy.scorers.ollama_backend import (
     ANSWER_SCHEMA,
     SCORE_KIND,
-    BackendError,
+    BackendConfigError,
     Gate,
     Retry,
     RetryPolicy,
@@ -85,16 +85,16 @@ class OpenAIScorer:
         retry: RetryPolicy | None = None,
         guidelines_path: str | Path = DEFAULT_GUIDELINES,
     ) -> None:
-        env = os.environ
         if api == "auto":
-            own_url = base_url or env.get("OPENAI_BASE_URL")
-            api = "azure" if env.get("AZURE_OPENAI_ENDPOINT") and not own_url else "openai"
+            own_url = base_url or os.environ.get("OPENAI_BASE_URL")
+            api = "azure" if os.environ.get("AZURE_OPENAI_ENDPOINT") and not own_url else "openai"
         if api not in ("openai", "azure"):
             raise ValueError(f"openai: api must be auto, openai or azure, not {api!r}")
         if response_format not in RESPONSE_FORMATS:
             raise ValueError(f"openai: response_format must be one of {', '.join(RESPONSE_FORMATS)}")
-        deployment = deployment or (env.get("AZURE_OPENAI_DEPLOYMENT") if api == "azure" else None) \
-            or env.get("OPENAI_DEPLOYMENT")
+        if not deployment and api == "azure":
+            deployment = os.environ.get("AZURE_OPENAI_DEPLOYMENT")
+        deployment = deployment or os.environ.get("OPENAI_DEPLOYMENT")
         if not deployment:
             raise ValueError("openai: name the deployment (openai:<deployment> or OPENAI_DEPLOYMENT)")
         self.api, self.deployment = api, deployment
@@ -112,22 +112,22 @@ class OpenAIScorer:
         self.prompt_version = prompt_version(guidelines_path)
         self._gate = Gate()
         if api == "azure":
-            endpoint = base_url or env.get("AZURE_OPENAI_ENDPOINT")
-            key = api_key or env.get("AZURE_OPENAI_API_KEY")
+            endpoint = base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+            key = api_key or os.environ.get("AZURE_OPENAI_API_KEY")
             if not endpoint or not key:
                 raise ValueError("openai (azure): set AZURE_OPENAI_ENDPOINT and AZURE_OPENAI_API_KEY")
-            version = api_version or env.get("OPENAI_API_VERSION") or env.get("AZURE_OPENAI_API_VERSION") \
-                or AZURE_DEFAULT_API_VERSION
+            version = (api_version or os.environ.get("OPENAI_API_VERSION")
+                       or os.environ.get("AZURE_OPENAI_API_VERSION") or AZURE_DEFAULT_API_VERSION)
             self.api_version: str | None = version
             self._client: openai.OpenAI = openai.AzureOpenAI(
                 azure_endpoint=endpoint, api_key=key, api_version=version, azure_deployment=deployment,
                 timeout=timeout, max_retries=0)
         else:
-            key = api_key or env.get("OPENAI_API_KEY")
+            key = api_key or os.environ.get("OPENAI_API_KEY")
             if not key:
                 raise ValueError("openai: set OPENAI_API_KEY (any non-empty value for keyless local servers)")
             self.api_version = None
-            self._client = openai.OpenAI(base_url=base_url or env.get("OPENAI_BASE_URL") or None,
+            self._client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
                                          api_key=key, timeout=timeout, max_retries=0)
 
     def params(self) -> dict[str, Any]:
@@ -185,9 +185,9 @@ class OpenAIScorer:
                 return Score(None, ERROR, clean_raw(f"content_filter: {_error_text(exc)}"), {"attempts": 1})
             text = _error_text(exc)
             hint = " (set response_format: json_object or none)" if "response_format" in text else ""
-            raise BackendError(f"openai rejected the request: {text}{hint}") from exc
+            raise BackendConfigError(f"openai rejected the request: {text}{hint}") from exc
         except openai.APIStatusError as exc:
-            raise BackendError(f"openai: HTTP {exc.status_code}: {_error_text(exc)}") from exc
+            raise BackendConfigError(f"openai: HTTP {exc.status_code}: {_error_text(exc)}") from exc
         refusal = meta.pop("refusal", None)
         usage = {**meta.pop("usage"), **meta, "attempts": attempts}
         if refusal:

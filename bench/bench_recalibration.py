@@ -1,0 +1,139 @@
+"""Incremental versus full recalibration after 100 new labels, 100,000 claims to calibrate.
+
+Setting (synthetic, generated in SQL): 100,000 target claims and a labelled set of 2,406 claims
+(the CLEF calibration size), 384-d unit vectors drawn around 64 topic centroids (real claim
+embeddings are clustered too), uniform scores, k = 5. A complete full run on that labelled set is
+the parent. Then 100 new labelled claims arrive (a new label-set version) and the calibration is
+brought up to date twice, through the real code paths:
+
+- incremental: ``checkworthy.recalibrate.recalibrate`` from the parent run;
+- full: ``checkworthy.calibrate.run_calibration`` (SQL kNN over every target x every labelled claim).
+
+Both end as complete stored runs; the bench checks they are identical row for row and prints both
+wall times and their ratio. Run: ``.venv/bin/python bench/bench_recalibration.py [--targets N]``
+(about 10 minutes at the default size on 2 cores: the parent and the full run dominate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from sqlalchemy import text
+
+from checkworthy import store
+from checkworthy.calibrate import RunSpec, run_calibration
+from checkworthy.config import EMBED_MODEL, VAR_DIR, quiet_offline_env
+from checkworthy.db import embedded_url, get_engine
+from checkworthy.recalibrate import recalibrate
+
+DIM, CENTROIDS = 384, 64
+
+
+def generate(engine, n_targets: int, n_labelled: int, n_new: int, seed: float = 0.42) -> dict:
+    """Claims, texts, embeddings, scores and labels, all in SQL (seconds, not minutes)."""
+    n = n_targets + n_labelled + n_new
+    with engine.begin() as conn:
+        conn.execute(text("SELECT setseed(:s)"), {"s": seed})
+        conn.execute(text(
+            """INSERT INTO texts (text_hash, text)
+               SELECT encode(sha256(convert_to('bench claim ' || i, 'UTF8')), 'hex'), 'bench claim ' || i
+               FROM generate_series(0, :n - 1) AS i"""), {"n": n})
+        conn.execute(text(
+            """INSERT INTO claims (dataset, split, source_id, text_hash)
+               SELECT 'bench', CASE WHEN i < :t THEN 'target' WHEN i < :tl THEN 'labelled' ELSE 'new' END,
+                      i::text, encode(sha256(convert_to('bench claim ' || i, 'UTF8')), 'hex')
+               FROM generate_series(0, :n - 1) AS i"""),
+            {"t": n_targets, "tl": n_targets + n_labelled, "n": n})
+        conn.execute(text(
+            f"""CREATE TEMP TABLE centroids AS
+                SELECT c, l2_normalize(ARRAY(SELECT random() - 0.5 FROM generate_series(1, {DIM} + c * 0))::vector)
+                       AS v FROM generate_series(0, {CENTROIDS - 1}) AS c"""))
+        conn.execute(text(
+            f"""INSERT INTO embeddings (text_hash, model, embedding)
+                SELECT c.text_hash, :m, l2_normalize(k.v + ARRAY(
+                         SELECT (random() - 0.5) * 0.09 FROM generate_series(1, {DIM} + c.id * 0))::vector)
+                FROM claims c JOIN centroids k ON k.c = (c.source_id::bigint * 7919) % {CENTROIDS}
+                WHERE c.dataset = 'bench'"""), {"m": EMBED_MODEL})
+        model = store.ensure_model(conn, "file:bench-recalibration", "file")
+        conn.execute(text(
+            """INSERT INTO predictions (text_hash, model_id, prompt_version, params, params_hash, score_kind,
+                                        score, raw_output, parse_status)
+               SELECT text_hash, :m, 'none', '{}', :ph, 'imported', round(random()::numeric, 4), '', 'ok'
+               FROM claims WHERE dataset = 'bench'"""), {"m": model, "ph": store.params_hash({})})
+        conn.execute(text(
+            """INSERT INTO labels (claim_id, label, source)
+               SELECT id, (random() < 0.5)::int, 'bench' FROM claims
+               WHERE dataset = 'bench' AND split IN ('labelled', 'new')"""))
+        ids = {split: list(conn.execute(text(
+            "SELECT id FROM claims WHERE dataset = 'bench' AND split = :s ORDER BY id"), {"s": split}).scalars())
+               for split in ("target", "labelled", "new")}
+        ls0 = store.create_label_set(conn, "bench:L", ids["labelled"])
+        ls1 = store.create_label_set(conn, "bench:L", ids["labelled"] + ids["new"])
+        conn.execute(text("ANALYZE"))
+    key = store.ScoreKey(model, "none", store.params_hash({}), "imported")
+    return {"ids": ids, "ls0": ls0, "ls1": ls1, "key": key}
+
+
+def identical(engine, a: int, b: int) -> int:
+    """Rows that differ between two runs (neighbours, distances, theta, interval, decision)."""
+    with engine.connect() as conn:
+        return conn.execute(text(
+            """SELECT count(*) FROM calibrated_results x FULL JOIN calibrated_results y
+                 ON y.run_id = :b AND y.claim_id = x.claim_id
+               WHERE (x.run_id = :a OR x.run_id IS NULL) AND (y.run_id = :b OR y.run_id IS NULL)
+                 AND (x.claim_id IS NULL OR y.claim_id IS NULL OR x.neighbor_ids <> y.neighbor_ids
+                      OR x.neighbor_distances <> y.neighbor_distances OR x.theta <> y.theta
+                      OR x.ci_low <> y.ci_low OR x.ci_high <> y.ci_high OR x.decision <> y.decision
+                      OR x.knn_mean <> y.knn_mean)"""), {"a": a, "b": b}).scalar_one()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=int, default=100_000)
+    ap.add_argument("--labelled", type=int, default=2406)
+    ap.add_argument("--new", type=int, default=100)
+    ap.add_argument("--k", type=int, default=5)
+    args = ap.parse_args()
+    quiet_offline_env()
+    engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-recal-{os.getpid()}", "bench", cleanup_mode="delete"))
+    t0 = time.perf_counter()
+    d = generate(engine, args.targets, args.labelled, args.new)
+    print(f"generated {args.targets:,} targets, {args.labelled:,} + {args.new} labelled claims "
+          f"in {time.perf_counter() - t0:.0f} s")
+    targets = tuple(d["ids"]["target"])
+
+    def spec(target: str, ls: int) -> RunSpec:
+        return RunSpec(target, targets, ls, d["key"], args.k)
+
+    t0 = time.perf_counter()
+    parent = run_calibration(engine, spec("bench:incremental", d["ls0"]))
+    t_parent = time.perf_counter() - t0
+    print(f"parent (full run on the old label set): {t_parent:.1f} s")
+
+    t0 = time.perf_counter()
+    inc = recalibrate(engine, spec("bench:incremental", d["ls1"]), parent_run_id=parent)
+    t_inc = time.perf_counter() - t0
+    assert inc.mode == "incremental", inc.mode
+    print(f"incremental: {t_inc:.2f} s ({inc.n_recomputed:,} claims recomputed, {inc.n_copied:,} copied, "
+          f"changes {inc.changes})")
+
+    t0 = time.perf_counter()
+    full = run_calibration(engine, spec("bench:full", d["ls1"]))
+    t_full = time.perf_counter() - t0
+    print(f"full:        {t_full:.2f} s")
+
+    diff = identical(engine, inc.run_id, full)
+    print(f"rows differing between incremental and full: {diff}")
+    print(f"\n| targets | labelled | new labels | k | recomputed | incremental (s) | full (s) | full / incr |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| {args.targets:,} | {args.labelled:,} | {args.new} | {args.k} | {inc.n_recomputed:,} "
+          f"({inc.n_recomputed / args.targets:.1%}) | {t_inc:.2f} | {t_full:.1f} | {t_full / t_inc:.1f}x |")
+    engine.dispose()
+    if diff:
+        raise SystemExit("incremental and full results differ")
+
+
+if __name__ == "__main__":
+    main()
