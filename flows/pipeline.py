@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,7 +110,8 @@ def _ctx(dv: int | None, extra: dict[str, Any] | None = None) -> RunContext:
                       extra=extra or {})
 
 
-def make_scorer(model: dict[str, Any], scoring: dict[str, Any] | None, guidelines: str | None = None):
+def make_scorer(model: dict[str, Any], scoring: dict[str, Any] | None,
+                guidelines: str | None = None) -> tuple[Any, tuple[str, str, str]]:
     """A configured model (``models:`` entry of params.yaml) as (scorer, prompt info)."""
     from checkworthy.scorers.registry import make_scorer as registry_scorer
 
@@ -119,6 +121,14 @@ def make_scorer(model: dict[str, Any], scoring: dict[str, Any] | None, guideline
     kind = model["spec"].partition(":")[0]
     factory = SCORER_FACTORIES.get(kind, registry_scorer)
     return factory(model["spec"], **options)
+
+
+def say(message: str, stdout: bool = False) -> None:
+    """Log a progress line; with ``stdout`` (the CLI) also print it where the user looks."""
+    get_run_logger().info(message)
+    if stdout:
+        sys.stdout.write(message + "\n")
+        sys.stdout.flush()
 
 
 def _key_dict(key: store.ScoreKey) -> dict[str, Any]:
@@ -152,7 +162,7 @@ def version_data_task(repo: str, commit: bool, db_url: str | None, flow_name: st
 
 @task(name="prepare-dataset", **DB)
 def prepare_task(name: str, seed: int, n_per_class: int | None, dv: int, db_url: str | None,
-                 limit: int | None = None) -> dict[str, Any]:
+                 limit: int | None = None, echo: bool = False) -> dict[str, Any]:
     """Load, split, store a dataset; register its test split as a target; return its lineage head."""
     from checkworthy.pipeline import prepare_dataset
 
@@ -161,12 +171,12 @@ def prepare_task(name: str, seed: int, n_per_class: int | None, dv: int, db_url:
     with engine.begin() as conn:
         lineage = conn.execute(text("SELECT name FROM label_sets WHERE id = :i"),
                                {"i": ds.label_set_id}).scalar_one()
-        target = f"{name}:test" + (f":limit={limit}" if limit else "")
+        target = f"{name}:test"  # the name run_pipeline gives it, so both paths share runs
         labels.register_target(conn, target, lineage, ds.test_ids)
         head = labels.ensure_head(conn, ds.label_set_id, dv)
         cal = store.label_set_claims(conn, head)
     for report in ds.reports:
-        get_run_logger().info(report.summary())
+        say(report.summary(), echo)
     return {"name": name, "lineage": lineage, "label_set_id": head, "prepared_label_set_id": ds.label_set_id,
             "target": target, "calibration_ids": cal, "test_ids": ds.test_ids}
 
@@ -193,14 +203,13 @@ def embed_task(claim_ids: list[int], db_url: str | None) -> int:
 
 @task(name="score", **MODEL)
 def score_task(model: dict[str, Any], claim_ids: list[int], scoring: dict[str, Any] | None,
-               db_url: str | None, guidelines: str | None = None) -> list[dict[str, Any]]:
+               db_url: str | None, guidelines: str | None = None, echo: bool = False) -> list[dict[str, Any]]:
     """Score the claims lacking a score under this model and prompt; return the score keys."""
     from checkworthy.pipeline import score_claims
 
     scorer, prompt = make_scorer(model, scoring, guidelines)
-    log = get_run_logger()
     keys = score_claims(engine_for(db_url), scorer, claim_ids, prompt,
-                        chunk_size=(scoring or {}).get("chunk_size", 96), echo=log.info,
+                        chunk_size=(scoring or {}).get("chunk_size", 96), echo=lambda m: say(m, echo),
                         flow_run_id=events.current_flow_run_id())
     return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
 
@@ -208,12 +217,14 @@ def score_task(model: dict[str, Any], claim_ids: list[int], scoring: dict[str, A
 @task(name="calibrate", **DB)
 def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
                    alpha: float, threshold: float, interval: str, dv: int | None,
-                   validation_run_id: int | None, db_url: str | None) -> dict[str, Any]:
+                   validation_run_id: int | None, db_url: str | None,
+                   correction: str = "paper") -> dict[str, Any]:
     """One calibration, brought up to date: reused, incremental from the previous run, or full."""
+    extra = {"correction": correction} if "correction" in RunSpec.__dataclass_fields__ else {}
     spec = RunSpec(target=target, claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
                    key=store.ScoreKey(key["model_id"], key["prompt_version"], key["params_hash"],
                                       key["score_kind"]),
-                   k=k, alpha=alpha, threshold=threshold, interval_method=interval)
+                   k=k, alpha=alpha, threshold=threshold, interval_method=interval, **extra)
     out = recalibrate.recalibrate(engine_for(db_url), spec, _ctx(dv), validation_run_id=validation_run_id)
     return {"run_id": out.run_id, "mode": out.mode, "target": target, "k": k, "spec": key.get("spec"),
             "score_kind": key["score_kind"], "n_recomputed": out.n_recomputed, "n_copied": out.n_copied}
@@ -370,16 +381,16 @@ def _bounds(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
-                   dv: int | None, db_url: str | None, guidelines: str | None) -> list[dict[str, Any]]:
+                   dv: int | None, db_url: str | None, guidelines: str | None,
+                   echo: bool = False) -> list[dict[str, Any]]:
     """Embed and score the lineages' claims with every configured model, then calibrate every target."""
-    log = get_run_logger()
     ids = sorted({i for lin in lineages for i in lin["calibration_ids"]}
                  | {i for lin in lineages for t in lin["targets"].values() for i in t})
     if not ids:
         return []
-    log.info(f"embedded {embed_task(ids, db_url)} new texts")
+    say(f"embedded {embed_task(ids, db_url)} new texts", echo)
     keys = [key for model in params["models"]
-            for key in score_task(model, ids, params.get("scoring"), db_url, guidelines)]
+            for key in score_task(model, ids, params.get("scoring"), db_url, guidelines, echo)]
     runs = []
     for lin in lineages:
         verdict = verdicts[lin["lineage"]]
@@ -390,7 +401,8 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
                 for k in params["k"]:
                     runs.append(calibrate_task(
                         target, claim_ids, lin["label_set_id"], key, k, params["alpha"], params["threshold"],
-                        params.get("interval", "z"), dv, verdict["validation_run_id"], db_url))
+                        params.get("interval", "z"), dv, verdict["validation_run_id"], db_url,
+                        params.get("correction", "paper")))
     return runs
 
 
@@ -398,12 +410,13 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
 def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None, repo: str = str(ROOT),
                   commit_data: bool = True, report_name: str | None = None, reports_dir: str | None = None,
                   metrics_file: str | None = None, limit: int | None = None,
-                  report_prefix: str | None = None) -> dict[str, Any]:
+                  report_prefix: str | None = None, echo: bool = False) -> dict[str, Any]:
     """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> evaluate.
 
     ``commit_data`` snapshots data/ first (``dvc add`` + ``dvc push``; a no-op when unchanged), so
     the recorded hash is the data actually used. ``report_prefix`` names a report per run
-    (scheduled deployments); ``report_name`` names one exactly.
+    (scheduled deployments); ``report_name`` names one exactly. ``echo`` also prints progress to
+    stdout (``checkworthy run``).
     """
     t0 = time.monotonic()
     if report_prefix and not report_name:
@@ -414,15 +427,15 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
     prepared = []
     for name in params["datasets"]:
         n_per_class = (params.get("sampling", {}).get(name) or {}).get("n_per_class")
-        p = prepare_task(name, params["seed"], n_per_class, dv, db_url, limit)
-        print(f"{name}: calibration set {len(p['calibration_ids'])} claims ({p['lineage']}, label set "
-              f"{p['label_set_id']}), test {len(p['test_ids'])}")
+        p = prepare_task(name, params["seed"], n_per_class, dv, db_url, limit, echo)
+        say(f"{name}: calibration set {len(p['calibration_ids'])} claims ({p['lineage']}, label set "
+            f"{p['label_set_id']}), test {len(p['test_ids'])}", echo)
         prepared.append(p)
     verdicts = {p["lineage"]: validate_task(p["label_set_id"], _bounds(params), dv, db_url) for p in prepared}
     lineages = [{"lineage": p["lineage"], "label_set_id": p["label_set_id"],
                  "calibration_ids": p["calibration_ids"], "targets": {p["target"]: p["test_ids"]}}
                 for p in prepared]
-    runs = _calibrate_all(lineages, verdicts, params, dv, db_url, None)
+    runs = _calibrate_all(lineages, verdicts, params, dv, db_url, None, echo)
     run_ids = [r["run_id"] for r in runs]
     ev = evaluate_task(run_ids, db_url, metrics_file, report_name, reports_dir, params.get("report"))
     return {"runs": runs, "run_ids": run_ids, "data_version_id": dv, "validations": list(verdicts.values()),

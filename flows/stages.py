@@ -1,4 +1,6 @@
-"""DVC stages (dvc.yaml) as Prefect flows: ``python flows/stages.py {validate,embed,score,calibrate,evaluate}``.
+"""DVC stages (dvc.yaml) as Prefect flows: ``python flows/stages.py <stage>``.
+
+Stages: validate, embed, score, calibrate, evaluate.
 
 Each stage runs the same tasks as ``checkworthy-pipeline`` for its step and writes a small JSON
 summary under ``metrics/`` that DVC tracks, so ``dvc repro`` re-runs exactly the steps whose
@@ -47,8 +49,9 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
     if stage == "evaluate":
         run_ids = [r["run_id"] for r in _read("calibration.json")["runs"]]
         return evaluate_task(run_ids, db_url, str(METRICS / "evaluation.json"))
-    prepared = [prepare_task(name, params["seed"], (params.get("sampling", {}).get(name) or {}).get("n_per_class"),
-                             dv, db_url) for name in params["datasets"]]
+    sampling = params.get("sampling", {})
+    prepared = [prepare_task(name, params["seed"], (sampling.get(name) or {}).get("n_per_class"), dv, db_url)
+                for name in params["datasets"]]
     ids = sorted({i for p in prepared for i in p["calibration_ids"] + p["test_ids"]})
     out: dict[str, Any]
     if stage == "validate":
@@ -65,7 +68,8 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
         verdicts, keys = _read("validation.json"), _read("scores.json")["keys"]
         runs = [calibrate_task(p["target"], p["test_ids"], p["label_set_id"], key, k, params["alpha"],
                                params["threshold"], params.get("interval", "z"), dv,
-                               verdicts[p["lineage"]]["validation_run_id"], db_url)
+                               verdicts[p["lineage"]]["validation_run_id"], db_url,
+                               params.get("correction", "paper"))
                 for p in prepared if verdicts[p["lineage"]]["success"] for key in keys for k in params["k"]]
         out = {"runs": runs, "blocked": sorted(n for n, v in verdicts.items() if not v["success"])}
         _write_json(METRICS / "calibration.json", out)

@@ -99,8 +99,13 @@ class CalibrateOutcome:
 def calibrate_files(
     engine: Engine, labeled: Path, unlabeled: Path, k: int, out: Path,
     alpha: float = 0.05, threshold: float = 0.5, model: str = "file:imported",
+    interval: str = "z", correction: str = "paper",
 ) -> CalibrateOutcome:
-    """Validate both files, store them, calibrate U against L in SQL and write ``out``."""
+    """Validate both files, store them, calibrate U against L in SQL and write ``out``.
+
+    ``interval``/``correction`` name the methods (:mod:`checkworthy.intervals`,
+    :mod:`checkworthy.corrections`, or ``"cv"``); the defaults are the paper's NN-PPI.
+    """
     lab = read_scored_csv(labeled, label_required=True)
     unl = read_scored_csv(unlabeled, label_required=False)
     _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
@@ -123,7 +128,8 @@ def calibrate_files(
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
         ls = store.create_label_set(conn, f"{ds_l}:labeled", l_ids)
     key = store.ScoreKey(model_id, "none", store.params_hash(params), "imported")
-    run_id = run_calibration(engine, RunSpec(f"{ds_u}:unlabeled", tuple(u_ids), ls, key, k, alpha, threshold))
+    run_id = run_calibration(engine, RunSpec(f"{ds_u}:unlabeled", tuple(u_ids), ls, key, k, alpha, threshold,
+                                             interval_method=interval, correction=correction))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = neighbor_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])

@@ -30,7 +30,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = _engine()
     if args.flow:  # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set)
         result = _flows().pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
-                                        commit_data=args.commit_data)
+                                        commit_data=args.commit_data, echo=True)
         run_ids = sorted(result["run_ids"])
     else:
         scorers = [make_scorer(m["spec"], **{k: v for k, v in m.items() if k != "spec"},
@@ -105,13 +105,21 @@ def cmd_labels(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
     from checkworthy.byo import calibrate_files, read_scored_csv
+    from checkworthy.calibrate import check_methods
 
+    try:
+        check_methods(args.interval, args.correction)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     # validate both files before the database is even started
     read_scored_csv(Path(args.labeled), label_required=True)
     read_scored_csv(Path(args.unlabeled), label_required=False)
     outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
-                              Path(args.out), alpha=args.alpha, threshold=args.threshold)
-    print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}) -> {args.out}")
+                              Path(args.out), alpha=args.alpha, threshold=args.threshold,
+                              interval=args.interval, correction=args.correction)
+    print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, interval {args.interval}, "
+          f"correction {args.correction}) -> {args.out}")
     if outcome.metrics:
         print(f"{'method':<10} {'weighted F1':>12} {'F1 c0':>7} {'F1 c1':>7} {'accuracy':>9}")
         for method, m in outcome.metrics.items():
@@ -120,6 +128,47 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         cov = outcome.metrics["nnppi"]
         print(f"NN-PPI interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
               f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Every interval, correction and calibrator on stored runs' inputs: compute, store, print.
+
+    A comparison already stored for a run (same options) is reused. ``--report NAME`` then
+    saves a report of the runs whose "Methods compared" section shows these comparisons.
+    """
+    from checkworthy import comparison
+
+    try:
+        ids = sorted({int(x) for x in args.run.split(",") if x.strip()})
+    except ValueError:
+        print(f"error: expected --run <id>[,<id>...], got {args.run!r}", file=sys.stderr)
+        return 2
+    engine = _engine()
+    cids = []
+    for rid in ids:
+        try:
+            with engine.begin() as conn:
+                cids.append(comparison.ensure_comparison(conn, rid))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    with engine.connect() as conn:
+        heads = comparison.load_heads(conn, cids)
+        for cid in cids:
+            info = heads[cid]["params"].get("info", {})
+            cv = info.get("cv_choice", {})
+            print(comparison.console_tables(
+                comparison.load_rows(conn, [cid]),
+                f"run {heads[cid]['run_id']} (comparison {cid}, {info.get('n_targets')} targets, "
+                f"|L| {info.get('n_labelled')}): CV chose {cv.get('label')} at k={cv.get('k')}"))
+            print()
+    if args.report:
+        from checkworthy import report
+
+        with engine.begin() as conn:
+            path = report.save_report(conn, args.report, ids, Path(args.reports_dir))
+        print(f"report: {path}")
     return 0
 
 
@@ -213,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
     r.add_argument("--no-flow", dest="flow", action="store_false",
                    help="run the steps directly instead of as the Prefect pipeline flow")
-    r.add_argument("--no-commit-data", dest="commit_data", action="store_false",
-                   help="record data.dvc's version as is (default: snapshot data/ with dvc add first)")
+    r.add_argument("--commit-data", action="store_true",
+                   help="snapshot data/ with dvc add + dvc push first (default: record data.dvc as is)")
     r.set_defaults(func=cmd_run)
 
     lab = sub.add_parser("labels", help="label updates: add a label file, list label-set versions")
@@ -235,7 +284,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--alpha", type=float, default=0.05)
     c.add_argument("--threshold", type=float, default=0.5)
     c.add_argument("--out", required=True)
+    c.add_argument("--interval", default="z",
+                   help="interval method: z (the paper's), t, t-pred, conformal, conformal-local, mondrian, "
+                        "mondrian-local, conformal-split, mondrian-split")
+    c.add_argument("--correction", default="paper",
+                   help="point correction: paper (NN-PPI), raw, knn, clipped, weighted, adaptive-k, ppi++, "
+                        "shrink, global, or cv (chosen by cross-validation on the labelled file)")
     c.set_defaults(func=cmd_calibrate)
+
+    cmp_ = sub.add_parser("compare", help="every interval, correction and calibrator on stored runs")
+    cmp_.add_argument("--run", required=True, help="calibration run id(s), comma-separated")
+    cmp_.add_argument("--report", help="also save a report of these runs under this name")
+    cmp_.add_argument("--reports-dir", default=str(REPORTS_DIR))
+    cmp_.set_defaults(func=cmd_compare)
 
     rep = sub.add_parser("report", help="re-render a stored report")
     rep.add_argument("run", help="report name or id, or run:<calibration run id>[,<id>...]")

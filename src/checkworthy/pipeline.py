@@ -64,14 +64,14 @@ class PreparedDataset:
 
 def prepare_dataset(
     engine: Engine, name: str, seed: int, n_per_class: int | None, data_version_id: int | None,
-    limit: int | None = None, keep_corrections: bool = False,
+    limit: int | None = None, keep_corrections: bool = True,
 ) -> PreparedDataset:
     """Load, split and store one dataset; freeze its calibration labels as a label set.
 
     ``limit`` keeps only the first claims of each split (smoke runs); its label set gets its
-    own name so it is never mistaken for the full one. ``keep_corrections`` (the Prefect flows)
-    appends a file label only when the file itself changed, so re-running the job never undoes
-    a label the data team corrected (``checkworthy labels add``).
+    own name so it is never mistaken for the full one. ``keep_corrections`` (the default, on
+    every path) appends a file label only when the file itself changed, so re-running the job
+    never undoes a label the data team corrected (``checkworthy labels add``).
     """
     claims, reports = load_dataset(name)
     splits = build_splits(name, claims, seed, n_per_class=n_per_class)
@@ -123,14 +123,19 @@ def score_claims(
 
 def calibrate_dataset(
     engine: Engine, ds: PreparedDataset, key: store.ScoreKey, ks: Sequence[int], alpha: float,
-    threshold: float, ctx: RunContext,
+    threshold: float, ctx: RunContext, interval: str = "z", correction: str = "paper",
 ) -> dict[int, int]:
-    """One calibration run per k on the dataset's test claims; returns k -> run id."""
+    """One calibration run per k on the dataset's test claims; returns k -> run id.
+
+    ``interval``/``correction``: params.yaml's ``interval`` and ``correction`` (default the
+    paper's z interval and NN-PPI).
+    """
     return {
         k: run_calibration(
             engine,
             RunSpec(target=f"{ds.name}:test", claim_ids=tuple(ds.test_ids),
-                    label_set_id=ds.label_set_id, key=key, k=k, alpha=alpha, threshold=threshold),
+                    label_set_id=ds.label_set_id, key=key, k=k, alpha=alpha, threshold=threshold,
+                    interval_method=interval, correction=correction),
             ctx,
         )
         for k in ks
@@ -178,6 +183,7 @@ def run_pipeline(
         for kind, key in keys.items():
             for name, ds in prepared.items():
                 by_k = calibrate_dataset(engine, ds, key, params["k"], params["alpha"],
-                                         params["threshold"], ctx)
+                                         params["threshold"], ctx, interval=params.get("interval", "z"),
+                                         correction=params.get("correction", "paper"))
                 runs.update({(name, scorer.spec, kind, k): rid for k, rid in by_k.items()})
     return PipelineResult(runs, prepared, dv, time.monotonic() - t0)

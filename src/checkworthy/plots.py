@@ -175,3 +175,53 @@ def histograms(
         fig.suptitle(_title(title, 40 * n), fontsize=10)
         fig.tight_layout()
         return to_png(fig)
+
+
+#: marker per interval family in the coverage-versus-width figure
+FAMILY_MARKERS = {"interval": "o", "interval-cv": "s", "sets": "^"}
+
+
+def coverage_vs_width(
+    title: str, points: Sequence[tuple[str, str, int | None, float, float]], nominal: float,
+    targets: tuple[float, float] | None = None,
+) -> bytes:
+    """Coverage of the gold label against mean width, one marker per (family, method, k).
+
+    ``points``: (family, method, k, mean width within [0, 1], overall coverage). Widths are
+    taken within [0, 1] so that infinite conformal bounds stay on the plot. Colour is the
+    method, marker the family; the nominal level is a dashed line and ``targets`` (overall
+    target, per-class target) a dotted one for the overall target.
+    """
+    methods = sorted({m for _, m, *_ in points})
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31")
+    colour = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+    with _style():
+        fig = Figure(figsize=(7.2, 4.6))
+        ax = fig.subplots()
+        ax.axhline(nominal, ls="--", lw=0.8, color="#333333", label=f"nominal {nominal:.0%}")
+        if targets:
+            ax.axhline(targets[0], ls=":", lw=0.8, color="#999999", label=f"target {targets[0]:.0%}")
+        seen: set[str] = set()
+        for family, method, k, width, cov in sorted(points, key=lambda p: (p[0], p[1], p[2] or 0)):
+            if width != width or cov != cov:  # NaN: nothing to place
+                continue
+            label = method if method not in seen else None
+            seen.add(method)
+            ax.scatter([width], [cov], s=28, marker=FAMILY_MARKERS.get(family, "x"), color=colour[method],
+                       alpha=0.85, label=label)
+            if k is not None:
+                ax.annotate(str(k), (width, cov), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        ax.set_xlabel("mean width within [0, 1] (number: k)")
+        ax.set_ylabel("coverage of the gold label")
+        ax.set_ylim(min(0.0, *(p[4] for p in points if p[4] == p[4])) - 0.02 if points else 0, 1.02)
+        ax.set_title(_title(title), fontsize=9)
+        handles, labels = ax.get_legend_handles_labels()
+        for family, marker in FAMILY_MARKERS.items():
+            if any(p[0] == family for p in points):
+                handles.append(ax.scatter([], [], marker=marker, color="#555555"))
+                labels.append({"interval": "around NN-PPI", "interval-cv": "around the CV choice",
+                               "sets": "conformal sets (size − 1)"}[family])
+        ax.legend(handles, labels, fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.tight_layout()
+        return to_png(fig)

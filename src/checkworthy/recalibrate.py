@@ -13,7 +13,11 @@ Then, exactly:
 
 - t's neighbour list can only change if an added claim is nearer than t's k-th neighbour in P
   (ties broken by claim id, as in the SQL kNN): its new list is the top k of P's list plus
-  those added claims, so no kNN over the whole pool is needed;
+  those added claims, so no kNN over the whole pool is needed. Which added claims can be that
+  near is bounded without reading any target vector: P stored t's distances to its k neighbours,
+  and the triangle inequality (chord distance on the unit sphere) turns them and the pool's
+  vectors into a lower bound on t's distance to each added claim; only pairs the bound cannot
+  rule out get their distance from pgvector;
 - t's values change if a neighbour's label or score changed (same neighbours, new residuals);
 - a removed neighbour leaves a gap only a real kNN can fill: those claims, and claims new to
   the target, go through the same SQL kNN (``nearest_labelled``) restricted to them.
@@ -61,41 +65,21 @@ WHERE i.label_set_id = :ls
 """
 )
 
-#: (target, added claim, distance) for every added claim that enters the target's top k. The
-#: added claims are the small side (materialised once, scanned per target in memory); ``OFFSET 0``
-#: keeps the planner from flattening the lateral and rescanning the targets instead.
-ENTERING_SQL = text(
-    """
-WITH a AS MATERIALIZED (
-    SELECT c.id AS claim_id, e.embedding
-    FROM unnest(CAST(:added AS bigint[])) AS u(id)
-    JOIN claims c ON c.id = u.id
-    JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
-)
-SELECT r.claim_id, x.claim_id AS neighbor_id, x.distance
-FROM calibrated_results r
-JOIN unnest(CAST(:targets AS bigint[])) AS u(id) ON u.id = r.claim_id
-JOIN claims c ON c.id = r.claim_id
-JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
-CROSS JOIN LATERAL (SELECT a.claim_id, a.embedding <=> e.embedding AS distance FROM a OFFSET 0) x
-WHERE r.run_id = :parent
-  AND (x.distance, x.claim_id) < (r.neighbor_distances[:k], r.neighbor_ids[:k])
-"""
-)
-
-#: a chunk of the parent's rows as one bytea of fixed-size records (claim id, the k neighbour ids,
-#: the k distances, ``vector_send`` image): one fetch per chunk instead of one message per row
-TARGETS_CHUNK_SQL = """
-SELECT string_agg(int8send(r.claim_id) || {neighbours} || vector_send(e.embedding), ''::bytea)
-FROM calibrated_results r
-JOIN claims c ON c.id = r.claim_id
-JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = %s
-WHERE r.run_id = %s AND r.claim_id BETWEEN %s AND %s"""
+#: the parent's rows as fixed-size binary records: claim id, score, the k neighbour ids, the k
+#: distances (parsed with numpy; one message per row, no per-row Python objects)
+PARENT_COPY = """COPY (SELECT r.claim_id, r.score, {neighbours} FROM calibrated_results r WHERE r.run_id = %s)
+TO STDOUT (FORMAT BINARY)"""
+#: the same with each target's vector (needed when labelled claims were added)
+PARENT_VECTORS_COPY = """COPY (SELECT r.claim_id, r.score, {neighbours}, e.embedding FROM calibrated_results r
+    JOIN claims c ON c.id = r.claim_id JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = %s
+    WHERE r.run_id = %s) TO STDOUT (FORMAT BINARY)"""
+#: concatenated ``vector_send`` images of a few claims (the labelled pool, never the targets)
 VECTORS_SQL = """
 SELECT string_agg(int8send(c.id) || vector_send(e.embedding), ''::bytea)
 FROM claims c JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = %s
 WHERE c.id = ANY(%s)"""
-#: margin of the vector prefilter: far above float32 rounding (~1e-5) in pgvector's distance
+#: slack of the vector prefilter, in cosine distance: pgvector sums 384 float32 products, so its
+#: distance may be off by up to ~7e-5 from the exact one; numpy's float32 product by ~1e-6
 PREFILTER_MARGIN = 1e-3
 
 COLUMNS = ("run_id", "claim_id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean",
@@ -127,7 +111,7 @@ class Plan:
     keep: list[int]
     entering: pd.DataFrame
     changes: dict[str, int]
-    #: the parent's neighbour lists (ids, (n, k) ids, (n, k) distances) when they were streamed
+    #: the parent's rows: claim ids (sorted), (n, k) neighbour ids, (n, k) distances
     parent_nb: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
@@ -140,6 +124,13 @@ def _key_params(spec: RunSpec) -> dict[str, Any]:
             "sk": spec.key.score_kind, "em": spec.embed_model}
 
 
+def incremental_applies(spec: RunSpec) -> bool:
+    """Only the paper's NN-PPI (z interval, residual-mean correction) is local to each claim's
+    neighbours; fitted corrections, conformal intervals and the CV choice depend on all of L, so a
+    label change moves every claim and those calibrations are recomputed in full."""
+    return spec.interval_method == "z" and getattr(spec, "correction", "paper") == "paper"
+
+
 def find_parent(conn: Connection, spec: RunSpec) -> int | None:
     """The newest complete run of the same calibration on an earlier version of the same lineage."""
     return conn.execute(
@@ -150,10 +141,12 @@ def find_parent(conn: Connection, spec: RunSpec) -> int | None:
                  AND r.model_id = :m AND r.prompt_version = :pv AND r.params_hash = :ph
                  AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
                  AND r.threshold = :th AND r.interval_method = :im
+                 AND coalesce(r.params->>'correction', 'paper') = :corr
                ORDER BY r.id DESC LIMIT 1"""
         ),
         _key_params(spec) | {"t": spec.target, "ls": spec.label_set_id, "k": spec.k, "a": spec.alpha,
-                             "th": spec.threshold, "im": spec.interval_method},
+                             "th": spec.threshold, "im": spec.interval_method,
+                             "corr": getattr(spec, "correction", "paper")},
     ).scalar()
 
 
@@ -166,171 +159,167 @@ def plan(conn: Connection, spec: RunSpec, parent_run_id: int) -> Plan:
     """Find the claims whose neighbours or neighbours' labels/scores changed since the parent run."""
     parent = conn.execute(text("SELECT label_set_id, started_at FROM calibration_runs WHERE id = :i"),
                           {"i": parent_run_id}).one()
-    # a target's score is in the parent's row (same score key: stored scores never change)
-    in_parent = dict(conn.execute(text("SELECT claim_id, score FROM calibrated_results WHERE run_id = :p"),
-                                  {"p": parent_run_id}).all())
-    wanted = set(spec.claim_ids)
-    scores = {i: s for i, s in in_parent.items() if i in wanted}
-    others = [i for i in spec.claim_ids if i not in in_parent]
-    stored = claim_scores(conn, others, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
-                          spec.key.score_kind) if others else {}
-    scores |= {i: s for i, s in stored.items() if s is not None}
     new, old = _pool(conn, spec.label_set_id, spec), _pool(conn, parent.label_set_id, spec)
     old_strict = set(old.index[old["since"] < parent.started_at])
     added = sorted(set(new.index) - old_strict)
+    t_ids, t_scores, nids, nds, t_vec = parent_rows(conn, parent_run_id, spec.k,
+                                                    spec.embed_model if added else None)
+    # a target's score is in the parent's row (same score key: stored scores never change)
+    wanted = np.asarray(sorted(set(spec.claim_ids)), dtype=np.int64)
+    in_parent = np.isin(t_ids, wanted)
+    scores = dict(zip(t_ids[in_parent].tolist(), t_scores[in_parent].tolist()))
+    others = np.setdiff1d(wanted, t_ids).tolist()
+    stored = claim_scores(conn, others, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
+                          spec.key.score_kind) if others else {}
+    need_knn = {i for i, sc in stored.items() if sc is not None}  # new to the target: full SQL kNN
+    scores |= {i: stored[i] for i in need_knn}
     removed = sorted(set(old.index) - set(new.index))
     both = new.index.intersection(old.index)
     differs = ((new.loc[both, "label"] != old.loc[both, "label"])
                | (new.loc[both, "score"] != old.loc[both, "score"]))
     changed = sorted(both[differs.to_numpy()])
-    usable = set(scores)
-    kept = sorted(usable & in_parent.keys())
-    need_knn = set(usable - in_parent.keys())
-    touched: set[int] = set()
-    if removed or changed:
-        rows = conn.execute(
-            text(
-                """SELECT claim_id, neighbor_ids && CAST(:rm AS bigint[]) AS lost FROM calibrated_results
-                   WHERE run_id = :p AND neighbor_ids && CAST(:bad AS bigint[])"""
-            ),
-            {"p": parent_run_id, "rm": removed, "bad": removed + changed},
-        ).all()
-        for r in rows:
-            if r.claim_id in usable:
-                (need_knn if r.lost else touched).add(r.claim_id)
+    kept_ids, kept_nids, kept_nds = t_ids[in_parent], nids[in_parent], nds[in_parent]
+    lost = np.isin(kept_nids, np.asarray(removed, dtype=np.int64)).any(axis=1)
+    relabelled = np.isin(kept_nids, np.asarray(changed, dtype=np.int64)).any(axis=1) & ~lost
+    need_knn |= set(kept_ids[lost].tolist())
+    touched = set(kept_ids[relabelled].tolist())
     entering = pd.DataFrame(columns=["claim_id", "neighbor_id", "distance"])
-    parent_nb = None
     if added:
-        entering, parent_nb = _entering(conn, spec, parent_run_id, added, kept)
+        ok = in_parent.copy()
+        ok[in_parent] = ~lost
+        entering = _entering(conn, spec, added, t_ids[ok], nids[ok], nds[ok], t_vec, np.flatnonzero(ok))
         touched |= set(entering["claim_id"].tolist())
     merge = sorted(touched - need_knn)
     recomputed = need_knn | touched
     pool = dict(zip(new.index.astype(int).tolist(),
                     zip(new["label"].astype(int).tolist(), new["score"].astype(float).tolist())))
     changes = {"added": len(added), "removed": len(removed), "changed": len(changed)}
-    return Plan(parent_run_id, scores, pool, sorted(need_knn), merge,
-                [i for i in kept if i not in recomputed], entering, changes, parent_nb)
+    keep = [i for i in kept_ids.tolist() if i not in recomputed]
+    return Plan(parent_run_id, scores, pool, sorted(need_knn), merge, keep, entering, changes,
+                (kept_ids, kept_nids, kept_nds))
 
 
-def _entering(conn: Connection, spec: RunSpec, parent_run_id: int, added: list[int],
-              kept: list[int]) -> tuple[pd.DataFrame, tuple[np.ndarray, ...] | None]:
-    """(target, added claim, distance) of every added labelled claim that enters a target's top k.
+def parent_rows(conn: Connection, parent_run_id: int, k: int,
+                embed_model: str | None = None) -> tuple[Any, ...]:
+    """The parent run's rows as arrays, sorted by claim id: ids, scores, (n, k) neighbour ids and
+    distances, and (with ``embed_model``) a lazy (n, dim) big-endian view of the targets' vectors.
 
-    Exact, in two steps: a vector prefilter over all targets at once (the parent's rows and their
-    vectors fetched in a few large chunks, one float32 matrix product with the added claims' vectors),
-    generous by ``PREFILTER_MARGIN``; then each surviving pair's distance from pgvector itself
-    (the expression the SQL kNN orders by) and the exact test ``(distance, id) < (k-th distance,
-    k-th id)``. Falls back to the all-SQL ``ENTERING_SQL`` if the stream is not as expected.
-    Also returns the streamed neighbour lists of the parent (the merge step needs them).
+    One binary COPY of fixed-size records parsed by numpy: no Python object per row.
     """
-    cols = ["claim_id", "neighbor_id", "distance"]
-    if not kept:
-        return pd.DataFrame(columns=cols), None
-    try:
-        t_ids, nids, nds, t_vec = _stream_targets(conn, spec, parent_run_id, kept)
-        a_ids, a_vec = _vectors(conn, added, spec.embed_model)
-    except ValueError:
-        rows = conn.execute(ENTERING_SQL, {"added": added, "targets": kept, "em": spec.embed_model,
-                                           "k": spec.k, "parent": parent_run_id}).all()
-        return pd.DataFrame(rows, columns=cols), None
-    keep = np.isin(t_ids, np.asarray(kept, dtype=np.int64))
-    t_ids, nids, nds, t_vec = t_ids[keep], nids[keep], nds[keep], t_vec[keep]
-    dk, kid = nds[:, -1], nids[:, -1]
-    t_vec /= np.linalg.norm(t_vec, axis=1, keepdims=True)
-    a_vec /= np.linalg.norm(a_vec, axis=1, keepdims=True)
-    pairs_t, pairs_a = [], []
-    for start in range(0, len(t_ids), 20_000):
-        dist = 1.0 - t_vec[start:start + 20_000] @ a_vec.T
-        i, j = np.nonzero(dist <= dk[start:start + 20_000, None] + PREFILTER_MARGIN)
-        pairs_t.append(t_ids[start + i])
-        pairs_a.append(a_ids[j])
-    cand_t = np.concatenate(pairs_t) if pairs_t else np.zeros(0, np.int64)
-    cand_a = np.concatenate(pairs_a) if pairs_a else np.zeros(0, np.int64)
-    if not len(cand_t):
-        return pd.DataFrame(columns=cols), (t_ids, nids, nds)
-    exact = pd.DataFrame(conn.execute(
-        text(
-            """SELECT u.t AS claim_id, u.a AS neighbor_id, ea.embedding <=> et.embedding AS distance
-               FROM unnest(CAST(:t AS bigint[]), CAST(:a AS bigint[])) AS u(t, a)
-               JOIN claims ct ON ct.id = u.t
-               JOIN embeddings et ON et.text_hash = ct.text_hash AND et.model = :em
-               JOIN claims ca ON ca.id = u.a
-               JOIN embeddings ea ON ea.text_hash = ca.text_hash AND ea.model = :em"""
-        ),
-        {"t": cand_t.tolist(), "a": cand_a.tolist(), "em": spec.embed_model},
-    ).all(), columns=cols)
-    bound = pd.DataFrame({"claim_id": t_ids, "dk": dk, "kid": kid})
-    exact = exact.merge(bound, on="claim_id")
-    enters = (exact["distance"] < exact["dk"]) | ((exact["distance"] == exact["dk"])
-                                                   & (exact["neighbor_id"] < exact["kid"]))
-    return exact.loc[enters, cols].reset_index(drop=True), (t_ids, nids, nds)
+    cols = ", ".join([f"r.neighbor_ids[{i}]" for i in range(1, k + 1)]
+                     + [f"r.neighbor_distances[{i}]" for i in range(1, k + 1)])
+    sql = (PARENT_VECTORS_COPY if embed_model else PARENT_COPY).format(neighbours=cols)
+    params = (embed_model, parent_run_id) if embed_model else (parent_run_id,)
+    buf = bytearray()
+    with conn.connection.driver_connection.cursor() as cur, cur.copy(sql, params) as cp:
+        for block in cp:
+            buf += block
+    if not buf.startswith(b"PGCOPY\n\xff\r\n\x00"):
+        raise RuntimeError("unexpected COPY stream of the parent run")
+    head = 19 + int.from_bytes(buf[15:19], "big")
+    fields = [("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
+    fields += [x for i in range(k) for x in ((f"l_n{i}", ">i4"), (f"n{i}", ">i8"))]
+    fields += [x for i in range(k) for x in ((f"l_d{i}", ">i4"), (f"d{i}", ">f8"))]
+    n_fields = 2 + 2 * k
+    if embed_model and len(buf) > head + 2:
+        at = head + np.dtype(fields).itemsize + 4  # the first row's vector dimension
+        dim = int.from_bytes(buf[at:at + 2], "big")
+        fields += [("l_v", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))]
+        n_fields += 1
+    dt = np.dtype(fields)
+    n, rest = divmod(len(buf) - head - 2, dt.itemsize)
+    if rest:
+        raise RuntimeError("the parent run's rows have NULLs or another k")
+    rows = np.frombuffer(buf, dtype=dt, count=n, offset=head)
+    lengths = [rows[f[0]] for f in fields if f[0].startswith("l_") and f[0] != "l_v"]
+    if n and ((rows["nf"] != n_fields).any() or any((x != 8).any() for x in lengths)):
+        raise RuntimeError("the parent run's rows have NULLs or another k")
+    order = np.argsort(rows["id"], kind="stable")
+    ids = rows["id"][order].astype(np.int64)
+    if not n:
+        return ids, np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k)), None
+    nids = np.stack([rows[f"n{i}"][order] for i in range(k)], axis=1).astype(np.int64)
+    nds = np.stack([rows[f"d{i}"][order] for i in range(k)], axis=1).astype(float)
+
+    def vectors(positions: np.ndarray) -> np.ndarray:
+        """float32 vectors of the rows at these (sorted-order) positions, decoded on demand."""
+        return rows["v"][order[positions]].astype(np.float32)
+
+    return ids, rows["score"][order].astype(float), nids, nds, (vectors if embed_model else None)
 
 
-def _stream_targets(conn: Connection, spec: RunSpec, parent_run_id: int,
-                    claim_ids: list[int]) -> tuple[np.ndarray, ...]:
-    """(claim ids, (n, k) neighbour ids, (n, k) distances, vectors) of the parent's rows, by chunks."""
-    k = int(spec.k)
-    neighbours = " || ".join([f"int8send(r.neighbor_ids[{i}])" for i in range(1, k + 1)]
-                             + [f"float8send(r.neighbor_distances[{i}])" for i in range(1, k + 1)])
-    sql = TARGETS_CHUNK_SQL.format(neighbours=neighbours)
-    ids_sorted = sorted(claim_ids)
-    parts = []
+def _vectors(conn: Connection, claim_ids: Sequence[int], embed_model: str) -> dict[int, np.ndarray]:
+    """Vectors of a few claims (the labelled pool), by claim id."""
     with conn.connection.driver_connection.cursor(binary=True) as cur:
-        for start in range(0, len(ids_sorted), 20_000):
-            chunk = ids_sorted[start:start + 20_000]
-            cur.execute(sql, (spec.embed_model, parent_run_id, chunk[0], chunk[-1]))
-            (blob,) = cur.fetchone()
-            if blob:
-                rows = _records(blob, [("id", ">i8"), ("nid", ">i8", (k,)), ("nd", ">f8", (k,))])
-                parts.append((rows["id"].astype(np.int64), rows["nid"].astype(np.int64),
-                              rows["nd"].astype(float), rows["v"].astype(np.float32)))
-    if not parts:
-        raise ValueError("no parent rows to stream")
-    return tuple(np.concatenate(col) for col in zip(*parts))
-
-
-def _vectors(conn: Connection, claim_ids: list[int], embed_model: str) -> tuple[np.ndarray, np.ndarray]:
-    """(claim ids, vectors) of a few claims."""
-    with conn.connection.driver_connection.cursor(binary=True) as cur:
-        cur.execute(VECTORS_SQL, (embed_model, list(map(int, claim_ids))))
+        cur.execute(VECTORS_SQL, (embed_model, [int(i) for i in claim_ids]))
         (blob,) = cur.fetchone()
     if not blob:
-        raise ValueError("no vectors")
-    rows = _records(blob, [("id", ">i8")])
-    return rows["id"].astype(np.int64), rows["v"].astype(np.float32)
-
-
-def _records(blob: bytes, head: list[tuple[str, str]]) -> np.ndarray:
-    """Fixed-size records: the ``head`` fields, then a ``vector_send`` image (int16 dim, int16 unused,
-    dim float4; all big-endian). Raises ValueError if the records do not have one common size."""
-    at = np.dtype(head).itemsize
-    dim = int.from_bytes(blob[at:at + 2], "big")
-    dt = np.dtype(head + [("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
-    n, rest = divmod(len(blob), dt.itemsize)
-    if rest or not n:
-        raise ValueError("records of different sizes")
+        return {}
+    dim = int.from_bytes(blob[8:10], "big")
+    dt = np.dtype([("id", ">i8"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
     rows = np.frombuffer(blob, dtype=dt)
-    if (rows["dim"] != dim).any():
-        raise ValueError("vectors of different dimensions")
-    return rows
+    if len(blob) % dt.itemsize or (rows["dim"] != dim).any():
+        raise RuntimeError("vectors of different dimensions")
+    return dict(zip(rows["id"].astype(np.int64).tolist(), rows["v"].astype(np.float64)))
+
+
+def _entering(conn: Connection, spec: RunSpec, added: list[int], t_ids: np.ndarray, nids: np.ndarray,
+              nds: np.ndarray, t_vec: Any, rows: np.ndarray) -> pd.DataFrame:
+    """(target, added claim, distance) of every added labelled claim that enters a target's top k.
+
+    Exact, in two steps: a vector prefilter (``t_vec(rows)``: the targets' vectors, streamed with
+    the parent's rows, times the added claims' vectors, by chunks), generous by
+    ``PREFILTER_MARGIN``; then each surviving pair's distance from pgvector itself (the expression
+    the SQL kNN orders by) and the exact test ``(distance, id) < (k-th distance, k-th id)``.
+    """
+    cols = ["claim_id", "neighbor_id", "distance"]
+    if not len(t_ids):
+        return pd.DataFrame(columns=cols)
+    vec = _vectors(conn, added, spec.embed_model)
+    added_ids = np.asarray([i for i in added if i in vec], dtype=np.int64)
+    A = np.stack([vec[i] for i in added_ids.tolist()]).astype(np.float32)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    cand_t, cand_a = [], []
+    for start in range(0, len(t_ids), 20_000):
+        T = t_vec(rows[start:start + 20_000])
+        T /= np.linalg.norm(T, axis=1, keepdims=True)
+        dist = 1.0 - T @ A.T
+        i, j = np.nonzero(dist <= nds[start:start + 20_000, -1:] + PREFILTER_MARGIN)
+        cand_t.append(t_ids[start + i])
+        cand_a.append(added_ids[j])
+    cand_t_all, cand_a_all = np.concatenate(cand_t), np.concatenate(cand_a)
+    if not len(cand_t_all):
+        return pd.DataFrame(columns=cols)
+    got = conn.execute(
+        text(
+            """WITH av AS MATERIALIZED (
+                   SELECT c.id, e.embedding FROM claims c
+                   JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
+                   WHERE c.id = ANY(CAST(:added AS bigint[])))
+               SELECT u.t, u.a, av.embedding <=> et.embedding
+               FROM unnest(CAST(:t AS bigint[]), CAST(:a AS bigint[])) AS u(t, a)
+               JOIN av ON av.id = u.a
+               JOIN claims ct ON ct.id = u.t
+               JOIN embeddings et ON et.text_hash = ct.text_hash AND et.model = :em"""
+        ),
+        {"t": cand_t_all.tolist(), "a": cand_a_all.tolist(), "em": spec.embed_model,
+         "added": added_ids.tolist()},
+    ).all()
+    tt = np.fromiter((r[0] for r in got), np.int64, len(got))
+    aa = np.fromiter((r[1] for r in got), np.int64, len(got))
+    d = np.fromiter((r[2] for r in got), float, len(got))
+    at = np.searchsorted(t_ids, tt)
+    dk, kid = nds[at, -1], nids[at, -1]
+    enters = (d < dk) | ((d == dk) & (aa < kid))
+    return pd.DataFrame({"claim_id": tt[enters], "neighbor_id": aa[enters], "distance": d[enters]})
 
 
 def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New top-k of the merge claims: the parent's k neighbours plus the added claims that enter."""
     k = spec.k
-    if p.parent_nb is not None:
-        t_ids, nids, nds = p.parent_nb
-        sel = np.isin(t_ids, np.asarray(p.merge, dtype=np.int64))
-        ids, nid, nd = t_ids[sel], nids[sel], nds[sel]
-    else:
-        rows = conn.execute(
-            text("""SELECT claim_id, neighbor_ids, neighbor_distances FROM calibrated_results
-                    WHERE run_id = :p AND claim_id = ANY(:c)"""),
-            {"p": p.parent_run_id, "c": p.merge},
-        ).all()
-        ids = np.array([r.claim_id for r in rows], dtype=np.int64)
-        nid = np.array([r.neighbor_ids for r in rows], dtype=np.int64).reshape(-1, k)
-        nd = np.array([r.neighbor_distances for r in rows], dtype=float).reshape(-1, k)
+    t_ids, nids, nds = p.parent_nb
+    sel = np.isin(t_ids, np.asarray(p.merge, dtype=np.int64))
+    ids, nid, nd = t_ids[sel], nids[sel], nds[sel]
     old = pd.DataFrame({"claim_id": np.repeat(ids, k), "neighbor_id": nid.ravel(), "distance": nd.ravel()})
     enter = p.entering[p.entering["claim_id"].isin(set(p.merge))]
     cand = pd.concat([old, enter], ignore_index=True).astype({"claim_id": np.int64, "neighbor_id": np.int64,
@@ -338,10 +327,10 @@ def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndar
     cand = cand.drop_duplicates(["claim_id", "neighbor_id"])
     cand = cand.sort_values(["claim_id", "distance", "neighbor_id"], kind="mergesort")
     top = cand.groupby("claim_id", sort=True).head(k)
-    ids = top["claim_id"].to_numpy()[::k]
-    if len(top) != len(ids) * k or len(ids) != len(p.merge):
+    out_ids = top["claim_id"].to_numpy()[::k]
+    if len(top) != len(out_ids) * k or len(out_ids) != len(p.merge):
         raise RuntimeError("incremental merge lost neighbours: the parent run is inconsistent")
-    return ids, top["neighbor_id"].to_numpy().reshape(-1, k), top["distance"].to_numpy().reshape(-1, k)
+    return out_ids, top["neighbor_id"].to_numpy().reshape(-1, k), top["distance"].to_numpy().reshape(-1, k)
 
 
 def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> list[tuple]:
@@ -468,7 +457,9 @@ def recalibrate(
                                    {"i": spec.label_set_id}).scalar_one()
         key = fast_run_key(spec, fingerprint)
         existing = find_complete_run(lock, key)
-        parent = None if force_full else (parent_run_id or find_parent(lock, spec))
+        parent = None
+        if not force_full and incremental_applies(spec):
+            parent = parent_run_id or find_parent(lock, spec)
         lock.commit()
     if existing is not None:
         return RecalOutcome(existing, "reused")
@@ -522,7 +513,8 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
             """WITH r AS (
                  SELECT r.*, row_number() OVER (
                    PARTITION BY r.target, r.model_id, r.params_hash, r.score_kind, r.embed_model, r.k,
-                                r.alpha, r.threshold, r.interval_method ORDER BY r.id DESC) AS n,
+                                r.alpha, r.threshold, r.interval_method,
+                                coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
                    rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind
                                 ORDER BY pv.created_at DESC) AS prompt_rank
                  FROM calibration_runs r JOIN calibration_targets t ON t.name = r.target
@@ -537,11 +529,14 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
 
 def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunSpec:
     """The same calibration as ``run`` on another label set and the target's current claims."""
+    extra = {}
+    if "correction" in {f.name for f in fields(RunSpec)}:
+        extra["correction"] = (run["params"] or {}).get("correction", "paper")
     return RunSpec(
         target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
         key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
         k=run["k"], alpha=run["alpha"], threshold=run["threshold"], interval_method=run["interval_method"],
-        embed_model=run["embed_model"],
+        embed_model=run["embed_model"], **extra,
     )
 
 

@@ -652,8 +652,13 @@ def _m(metrics: Mapping[tuple[str, str, str], float], method: str, metric: str,
 
 
 def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy report",
-          analysis_ids: Sequence[int] | None = None) -> Built:
-    """The report of the given runs, from stored rows only."""
+          analysis_ids: Sequence[int] | None = None, comparison_ids: Sequence[int] | None = None) -> Built:
+    """The report of the given runs, from stored rows only.
+
+    ``comparison_ids``: the stored method comparisons (migration 0005) to render in a
+    "Methods compared" section; None or empty renders no such section, so reports stored
+    before comparisons existed re-render byte for byte.
+    """
     runs = _runs(conn, run_ids)
     metrics = {r["id"]: load_metrics(conn, r["id"]) for r in runs}
     analyses = _load_analyses(conn, runs, analysis_ids)
@@ -677,6 +682,8 @@ def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy re
     _data_beside_paper(doc, groups, metrics)
     for g in groups:
         _group_section(doc, g, metrics, analyses, score_params, figures, metrics_json, plot_files)
+    if comparison_ids:
+        _comparison_section(doc, conn, groups, comparison_ids, figures, plot_files)
     return Built(doc, figures, metrics_json, plot_files)
 
 
@@ -885,6 +892,100 @@ def _group_section(doc: Document, g: _Group, metrics: Mapping[int, Mapping], ana
     _calibration_section(doc, g, analyses, figures)
     _failure_section(doc, g, analyses)
     metrics_json[g.slug] = _metrics_json(g, metrics)
+
+
+#: coverage targets for the conformal methods at nominal 95% (overall, each class)
+COVERAGE_TARGETS = (0.94, 0.92)
+#: (metric, class) columns of the decisions table
+DECISION_COLUMNS = (("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"),
+                    ("predicted_positive_rate", "all"), ("brier", "all"), ("cv_weighted_f1", "all"),
+                    ("threshold", "all"))
+FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choice", "sets": "conformal set",
+                 "correction": "correction", "cv": "CV choice", "calibrator": "calibrator",
+                 "cv-prior": "CV choice, pool prior", "calibrator-prior": "calibrator, pool prior"}
+
+
+def _comparison_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
+    """(family, method, k) present in ``idx``, families in the given order, then method and k."""
+    return sorted({(f, m, k) for f, m, k, *_ in idx if f in families},
+                  key=lambda x: (list(families).index(x[0]), x[1], x[2] or 0))
+
+
+def _comparison_section(doc: Document, conn: Connection, groups: Sequence[_Group],
+                        comparison_ids: Sequence[int], figures: dict, plot_files: dict) -> None:
+    """Every interval, correction and calibrator on each run's inputs (stored comparisons only)."""
+    from checkworthy import comparison
+
+    heads = comparison.load_heads(conn, comparison_ids)
+    rows = comparison.load_rows(conn, comparison_ids)
+    by_run: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_run[r["run_id"]].append(r)
+    info = {h["run_id"]: dict(h["params"].get("info", {})) for h in heads.values()}
+    doc.add(Heading(2, "Methods compared"))
+    lo, cls_lo = COVERAGE_TARGETS
+    doc.add(Para(
+        "Each run's inputs (label set, score key, target claims, k) recomputed with every interval method "
+        "(around the paper's NN-PPI and around the correction chosen by cross-validation), conformal "
+        "prediction sets (crepes), every point correction and the standard score calibrators (Platt, "
+        "isotonic; temperature for token-probability scores), all fitted on the label set only; the "
+        "cross-validated choice uses leave-one-out weighted F1 on the label set, never the targets. "
+        f"Coverage targets for the conformal methods at nominal 95%: overall >= {lo:.0%}, each class "
+        f">= {cls_lo:.0%}."))
+    for g in groups:
+        runs = [r for r in g.runs if r["id"] in by_run]
+        if not runs:
+            continue
+        doc.add(Heading(3, f"{esc(g.title)}: methods compared"))
+        choices = []
+        for r in runs:
+            cv = info.get(r["id"], {}).get("cv_choice")
+            if cv:
+                choices.append(f"k={r['k']} (run {r['id']}): {code(cv['label'])} at k={cv['k']}, "
+                               f"L leave-one-out weighted F1 {_f(cv['cv_weighted_f1'])}")
+        if choices:
+            doc.add(Para("Cross-validated choice — " + "; ".join(choices) + "."))
+        trows, points, csv_rows, dec_rows = [], [], [], []
+        for r in runs:
+            idx = {(x["family"], x["method"], x["k"], x["metric"], x["class"]): x["value"]
+                   for x in by_run[r["id"]]}
+            met = comparison.targets_met(by_run[r["id"]], overall=lo, per_class=cls_lo)
+            for f, m, k in _comparison_keys(idx, ("interval", "interval-cv", "sets")):
+                cov = [idx.get((f, m, k, "coverage", c)) for c in ("all", "0", "1")]
+                width, width01, size = (idx.get((f, m, k, x, "all"))
+                                        for x in ("mean_width", "mean_width_01", "mean_set_size"))
+                ok = met.get((f, m, k))
+                trows.append([str(r["k"]), FAMILY_TITLES[f], code(m), "—" if k is None else str(k),
+                              *[_f(x) for x in cov], _f(width), _f(width01), _f(size, 2),
+                              "—" if ok is None else "met" if ok else "missed"])
+                x = width01 if f != "sets" else (None if _missing(size) else size - 1)
+                if not _missing(x) and not _missing(cov[0]):
+                    points.append((f, m, k, float(x), float(cov[0])))
+                csv_rows.append([r["k"], f, m, k, *cov, width01, size])
+            for f, m, k in _comparison_keys(idx, ("correction", "cv", "cv-prior", "calibrator",
+                                                  "calibrator-prior")):
+                vals = [idx.get((f, m, k, metric, c)) for metric, c in DECISION_COLUMNS]
+                dec_rows.append([str(r["k"]), FAMILY_TITLES[f], code(m), "—" if k is None else str(k),
+                                 *[_f(x) for x in vals]])
+        nominal = 1 - runs[0]["alpha"]
+        doc.add(Table(["run k", "interval", "method", "k", "coverage", "class 0", "class 1", "mean width",
+                       "width in [0, 1]", "set size", "targets"], trows,
+                      caption=f"Coverage of the gold label at nominal {nominal:.0%} on the run's "
+                              "target claims. 'targets' applies to conformal methods only. Width within "
+                              "[0, 1] keeps infinite conformal bounds finite; set size is the number of "
+                              "labels an interval contains."))
+        path = f"figures/{g.slug}--coverage_vs_width.png"
+        pts = sorted(points, key=lambda p: (p[0], p[1], p[2] or 0, p[3], p[4]))
+        figures[path] = lambda pts=pts, title=g.title, nominal=nominal: plots.coverage_vs_width(
+            f"{title}: coverage vs width", pts, nominal, COVERAGE_TARGETS)
+        plot_files[f"plots/coverage_vs_width/{g.slug}.csv"] = _csv(
+            ["run_k", "family", "method", "k", "coverage", "coverage_0", "coverage_1", "mean_width_01",
+             "mean_set_size"], csv_rows)
+        doc.add(Image(path, f"Coverage against mean width of every interval, {g.title}"))
+        doc.add(Table(["run k", "family", "method", "k", "weighted F1", "F1 (0)", "F1 (1)", "accuracy",
+                       "predicted positive rate", "Brier", "L CV weighted F1", "threshold"], dec_rows,
+                      caption="Decisions at the run's threshold on its target claims. 'raw' is the Baseline, "
+                              "'knn' the KNN baseline, 'paper' NN-PPI; calibrators see the score alone."))
 
 
 def _k_sweep_section(doc: Document, g: _Group, metrics: Mapping, analyses: Mapping, figures: dict,
@@ -1241,14 +1342,17 @@ def save_report(conn: Connection, name: str, run_ids: Sequence[int], directory: 
     ``checkworthy report <name>`` re-renders exactly the same Markdown later.
     """
     analysis_ids = ensure_analyses(conn, run_ids, options, flow_run_id)
+    from checkworthy.comparison import latest_comparisons
+
+    comparison_ids = latest_comparisons(conn, run_ids) or None  # pinned: computed by `checkworthy compare`
     title = f"checkworthy report: {name}"
-    built = build(conn, run_ids, title, analysis_ids)
+    built = build(conn, run_ids, title, analysis_ids, comparison_ids)
     path = write_report_dir(built, directory / name)
     conn.execute(
-        text("INSERT INTO reports (name, run_ids, markdown, path, flow_run_id, analysis_ids) "
-             "VALUES (:n, :r, :m, :p, :f, :a)"),
+        text("INSERT INTO reports (name, run_ids, markdown, path, flow_run_id, analysis_ids, comparison_ids) "
+             "VALUES (:n, :r, :m, :p, :f, :a, :c)"),
         {"n": name, "r": [int(i) for i in run_ids], "m": built.markdown, "p": str(path), "f": flow_run_id,
-         "a": analysis_ids},
+         "a": analysis_ids, "c": comparison_ids},
     )
     publish_artifact(path.parent, name, _artifact_summary(built, name))
     return path
@@ -1263,7 +1367,8 @@ def stored_report(conn: Connection, ref: str) -> Mapping[str, Any] | None:
 
 def rerender(conn: Connection, row: Mapping[str, Any]) -> Built:
     """Re-render a stored report from its runs and pinned analyses."""
-    return build(conn, row["run_ids"], f"checkworthy report: {row['name']}", row.get("analysis_ids"))
+    return build(conn, row["run_ids"], f"checkworthy report: {row['name']}", row.get("analysis_ids"),
+                 row.get("comparison_ids"))
 
 
 def _artifact_summary(built: Built, name: str) -> str:

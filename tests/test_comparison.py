@@ -1,0 +1,244 @@
+"""Method comparison (issue 6, items 3 and 4): pure computation, storage, CLI, report section.
+
+The pure part runs on synthetic exchangeable data, where the conformal guarantees must show;
+the stored part on small real runs (CLEF claims, imported scores, real MiniLM embeddings, SQL
+kNN), where the comparison must reproduce the run's own stored figures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from checkworthy import comparison, metrics, report, store
+from checkworthy.calibrate import RunSpec, run_calibration
+from checkworthy.cli import main
+from checkworthy.comparison import CompareInputs, CompareOptions, MetricRow, compare, targets_met
+from checkworthy.corrections import LabelledSet
+from checkworthy.datasets import load_clef
+from checkworthy.embeddings import ensure_embeddings
+from checkworthy.evaluate import load_metrics
+from checkworthy.intervals import INTERVAL_METHODS
+from checkworthy.scorers.base import OK, Score
+from tests.conftest import raw_path
+
+# ------------------------------------------------------------------------------ pure part
+
+
+def synthetic(m: int = 800, n: int = 800, seed: int = 0, kind: str = "token_prob") -> CompareInputs:
+    """Claims on a line: P(Y=1 | x) = x, a biased noisy score, neighbours = nearest in x."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, m + n)
+    y = (rng.uniform(0, 1, m + n) < x).astype(int)
+    c = expit(2.0 * (x - 0.3) + rng.normal(0, 0.8, m + n))  # too high, noisy
+    xl = x[:m]
+    kmax = 90
+
+    def lists(xq: np.ndarray, loo: bool) -> tuple[np.ndarray, np.ndarray]:
+        d = np.abs(xq[:, None] - xl[None, :])
+        if loo:
+            np.fill_diagonal(d, np.inf)
+        order = np.argsort(d, axis=1, kind="stable")[:, :kmax]
+        return order, np.take_along_axis(d, order, axis=1)
+
+    nl, dl = lists(xl, True)
+    nq, dq = lists(x[m:], False)
+    cal = LabelledSet(y=y[:m], c=c[:m], nbr=nl, dist=dl)
+    return CompareInputs(cal=cal, c=c[m:], nbr=nq, dist=dq, y=y[m:], k=5, score_kind=kind)
+
+
+@pytest.fixture(scope="module")
+def synth():
+    inp = synthetic()
+    return inp, compare(inp)
+
+
+def index(rows):
+    return {(r.family, r.method, r.k, r.metric, r.cls): r.value for r in rows}
+
+
+def test_every_family_and_method_is_compared(synth):
+    inp, out = synth
+    idx = index(out.rows)
+    fams = {(r.family, r.method) for r in out.rows}
+    assert {("interval", m) for m in INTERVAL_METHODS} <= fams
+    assert {("interval-cv", m) for m in INTERVAL_METHODS} <= fams
+    assert {("correction", m) for m in ("raw", "knn", "paper", "ppi++", "shrink", "weighted")} <= fams
+    assert {("calibrator", m) for m in ("platt", "isotonic", "temperature")} <= fams
+    assert {("sets", m) for m in comparison.SET_METHODS} <= fams
+    cv = out.info["cv_choice"]
+    assert ("cv", cv["method"], cv["k"], "weighted_f1", "all") in idx and cv["k"] in (3, 5, 10)
+    # the paper's baseline is the raw score thresholded at 0.5
+    raw = metrics.classification_report(inp.y, (inp.c >= 0.5).astype(int))
+    assert idx[("correction", "raw", 5, "weighted_f1", "all")] == pytest.approx(raw["weighted_f1"])
+    assert idx[("correction", "raw", 5, "f1", "1")] == pytest.approx(raw["f1_1"])
+    assert 0 <= out.info["correction_params"]["ppi++"]["lam"] <= 1
+
+
+def test_conformal_methods_keep_their_promise_on_exchangeable_data(synth):
+    _, out = synth
+    idx = index(out.rows)
+    for fam in ("interval", "interval-cv"):
+        k = 5 if fam == "interval" else out.info["cv_choice"]["k"]
+        for m in comparison.CONFORMAL:
+            assert idx[(fam, m, k, "coverage", "all")] >= 0.92, (fam, m)
+        for m in ("mondrian", "mondrian-split"):  # class-conditional: each class
+            assert min(idx[(fam, m, k, "coverage", c)] for c in "01") >= 0.90, (fam, m)
+    assert idx[("interval", "z", 5, "coverage", "all")] < 0.8  # the paper's interval undercovers
+    assert min(idx[("sets", "mondrian-sets", None, "coverage", c)] for c in "01") >= 0.90
+
+
+def test_cv_choice_ignores_the_targets_labels():
+    inp = synthetic(m=400, n=300, seed=3)
+    a = compare(inp)
+    flipped = CompareInputs(**{**inp.__dict__, "y": 1 - inp.y})
+    b = compare(flipped)
+    assert a.info["cv_choice"] == b.info["cv_choice"]
+    assert a.info["correction_params"] == b.info["correction_params"]
+
+
+def test_prior_aware_choice_uses_the_pool_prevalence_only():
+    inp = synthetic(m=400, n=400, seed=4)
+    skewed = CompareInputs(**{**inp.__dict__, "pool_prevalence": 0.25})
+    out = compare(skewed, CompareOptions(intervals=("z",), sets=()))
+    idx = index(out.rows)
+    ch = out.info["cv_prior_choice"]
+    assert ch["pool_prevalence"] == 0.25 and ch["threshold"] in CompareOptions().prior_thresholds
+    assert idx[("cv-prior", ch["method"], ch["k"], "threshold", "all")] == ch["threshold"]
+    assert ("calibrator-prior", "platt", None, "weighted_f1", "all") in idx
+    flipped = compare(CompareInputs(**{**skewed.__dict__, "y": 1 - inp.y}), CompareOptions(intervals=("z",),
+                                                                                          sets=()))
+    assert flipped.info["cv_prior_choice"] == ch
+    assert "cv_prior_choice" not in compare(inp, CompareOptions(intervals=("z",), sets=())).info
+
+
+def test_temperature_only_for_token_probabilities():
+    out = compare(synthetic(m=300, n=100, seed=1, kind="verbalised"),
+                  CompareOptions(intervals=("z",), sets=()))
+    assert not any(r.method == "temperature" for r in out.rows)
+    assert any(r.method == "platt" for r in out.rows)
+
+
+def test_targets_met():
+    rows = [MetricRow("interval", "mondrian", 5, "coverage", v, c) for c, v in (("all", .95), ("0", .93),
+                                                                               ("1", .97))]
+    rows += [MetricRow("interval", "conformal", 5, "coverage", v, c) for c, v in (("all", .95), ("0", .99),
+                                                                                 ("1", .91))]
+    rows += [MetricRow("interval", "z", 5, "coverage", .5)]
+    met = targets_met(rows)
+    assert met == {("interval", "mondrian", 5): True, ("interval", "conformal", 5): False}
+
+
+# ---------------------------------------------------------------------------- stored runs
+
+N_LAB, N_ALL = 100, 150
+TARGET = "compare-test:test"
+
+
+@pytest.fixture(scope="module")
+def world(engine):
+    claims, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    claims = claims[100:100 + N_ALL]
+    rng = np.random.default_rng(23)
+    y = np.array([c.label for c in claims])
+    verbal = np.clip(0.6 + 0.2 * y + rng.normal(0, 0.2, len(y)), 0, 1).round(1)
+    token = expit(0.3 + 1.2 * y + rng.normal(0, 1.0, len(y))).round(5)
+    with engine.begin() as conn:
+        ids = store.store_claims_with_labels(
+            conn, [store.NewClaim("compare-test", "pool" if i < N_LAB else "test", c.source_id, c.text,
+                                  c.label) for i, c in enumerate(claims)], "test")
+        hashes = [store.sha256_text(c.text) for c in claims]
+        ensure_embeddings(conn, hashes)
+        ls = store.create_label_set(conn, "compare-test:L", ids[:N_LAB])
+        model = store.ensure_model(conn, "file:compare-test", "file")
+        params = {"source": "compare-test"}
+        store.insert_predictions(conn, model, "none", params, [
+            (h, {"verbalised": Score(float(v), OK, f"{v}"), "token_prob": Score(float(t), OK, f"{t}")})
+            for h, v, t in zip(hashes, verbal, token)])
+        keys = {kind: store.ScoreKey(model, "none", store.params_hash(params), kind)
+                for kind in ("verbalised", "token_prob")}
+    runs = {(kind, k): run_calibration(engine, RunSpec(TARGET, tuple(ids[N_LAB:]), ls, keys[kind], k))
+            for kind in keys for k in (3, 5)}
+    return runs
+
+
+def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
+    rid = world[("verbalised", 5)]
+    with engine.begin() as conn:
+        cid = comparison.ensure_comparison(conn, rid, code_rev="test")
+    with engine.begin() as conn:
+        assert comparison.ensure_comparison(conn, rid, code_rev="test") == cid  # reused
+        rows = comparison.load_rows(conn, [cid])
+        head = comparison.load_heads(conn, [cid])[cid]
+        stored = load_metrics(conn, rid)
+    info = head["params"]["info"]
+    assert info["neighbours_as_stored"] is True
+    # L was drawn from split 'pool' alone, which holds no target: its prevalence may be used
+    assert info["cv_prior_choice"]["pool_prevalence"] == pytest.approx(info["labelled_positive_rate"])
+    idx = {(r["family"], r["method"], r["k"], r["metric"], r["class"]): r["value"] for r in rows}
+    for method, ours in (("nnppi", "paper"), ("baseline", "raw"), ("knn", "knn")):
+        for metric, cls in (("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all")):
+            assert idx[("correction", ours, 5, metric, cls)] == pytest.approx(stored[(method, metric, cls)])
+    for cls in ("all", "0", "1"):
+        assert idx[("interval", "z", 5, "coverage", cls)] == pytest.approx(stored[("nnppi", "coverage", cls)])
+    width = stored[("nnppi", "mean_width", "all")]
+    assert idx[("interval", "z", 5, "mean_width", "all")] == pytest.approx(width)
+    assert not any(r["method"] == "temperature" for r in rows)  # verbalised score
+    with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+        conn.execute(text("UPDATE method_comparison SET value = 0 WHERE comparison_id = :c"), {"c": cid})
+    with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+        conn.execute(text("DELETE FROM method_comparisons WHERE id = :c"), {"c": cid})
+
+
+def test_old_reports_rerender_unchanged_after_comparisons_exist(engine, world, tmp_path):
+    rid = world[("token_prob", 3)]
+    with engine.begin() as conn:
+        report.save_report(conn, "cmp-before", [rid], tmp_path, options=report.AnalysisOptions(
+            k_sweep=(1, 3), sizes=(50,), seeds=(0,), size_ks=(3,), k_big=5))
+        before = report.stored_report(conn, "cmp-before")
+        assert "Methods compared" not in before["markdown"] and before["comparison_ids"] is None
+        comparison.ensure_comparison(conn, rid, code_rev="test")
+    with engine.connect() as conn:
+        assert report.rerender(conn, before).markdown == before["markdown"]
+
+
+def test_cli_compare_stores_prints_and_reports(engine, world, use_db, tmp_path, capsys):
+    ids = [world[("verbalised", 3)], world[("token_prob", 5)]]
+    assert main(["compare", "--run", ",".join(map(str, ids)), "--report", "cmp-report",
+                 "--reports-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for word in ("mondrian-split", "interval-cv", "platt", "temperature", "CV chose", "report:"):
+        assert word in out, word
+    md = (tmp_path / "cmp-report" / "report.md").read_text(encoding="utf-8")
+    assert "## Methods compared" in md and "coverage_vs_width.png" in md
+    assert len(list((tmp_path / "cmp-report" / "figures").glob("*coverage_vs_width.png"))) == 2
+    assert (tmp_path / "cmp-report" / "plots" / "coverage_vs_width").is_dir()
+    section = md.split("## Methods compared", 1)[1]
+    assert "Cross-validated choice" in section and ("| met" in section or "| missed" in section)
+    with engine.connect() as conn:
+        stored = report.stored_report(conn, "cmp-report")
+        n = conn.execute(text("SELECT count(*) FROM method_comparisons WHERE run_id = ANY(:r)"),
+                         {"r": ids}).scalar_one()
+    assert stored["comparison_ids"] and n == 2
+    # re-rendered byte for byte, Markdown, HTML and every file
+    assert main(["report", "cmp-report"]) == 0
+    assert capsys.readouterr().out == md
+    assert main(["report", "cmp-report", "--out", str(tmp_path / "again")]) == 0
+    capsys.readouterr()
+    d = tmp_path / "cmp-report"
+    for p in d.rglob("*"):
+        if p.is_file():
+            assert (tmp_path / "again" / "cmp-report" / p.relative_to(d)).read_bytes() == p.read_bytes(), p
+    # a second compare reuses the stored comparisons
+    assert main(["compare", "--run", str(ids[0])]) == 0
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM method_comparisons WHERE run_id = ANY(:r)"),
+                            {"r": ids}).scalar_one() == 2
+
+
+def test_compare_refuses_a_missing_run(use_db, capsys):
+    assert main(["compare", "--run", "999999"]) == 2
+    assert "no calibration run" in capsys.readouterr().err
