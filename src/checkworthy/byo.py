@@ -23,7 +23,7 @@ from checkworthy.calibrate import RunSpec, load_results, neighbor_source_ids, ru
 from checkworthy.embeddings import ensure_embeddings
 from checkworthy.errors import DataError
 from checkworthy.scorers.base import OK, Score
-from checkworthy.tabular import read_rows
+from checkworthy.tabular import id_and_text, read_rows
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
 
@@ -48,15 +48,7 @@ def read_scored_csv(path: Path, label_required: bool) -> list[Row]:
 
 
 def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_label: bool) -> Row:
-    cid = rec["id"].strip()
-    if not cid:
-        raise DataError(name, line, "id", "empty id")
-    if cid in seen:
-        raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
-    seen[cid] = line
-    txt = rec["text"]
-    if not txt.strip():
-        raise DataError(name, line, "text", "empty text")
+    cid, txt = id_and_text(name, line, rec, seen)
     try:
         score = float(rec["score"])
     except ValueError:

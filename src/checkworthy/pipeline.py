@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from checkworthy import store
 from checkworthy.calibrate import RunContext, RunSpec, run_calibration
 from checkworthy.config import DATA_DIR
-from checkworthy.datasets import Claim, LoadReport, build_splits, load_claimbuster, load_clef
+from checkworthy.datasets import KNOWN_SHA256, Claim, LoadReport, build_splits, load_claimbuster, load_clef
 from checkworthy.embeddings import ensure_embeddings
 from checkworthy.scorers.base import Scorer
 from checkworthy.scoring import score_missing
@@ -24,12 +24,6 @@ from checkworthy.versioning import ensure_data, git_rev, record_data_version
 
 Echo = Callable[[str], None]
 
-#: sha256 of the raw files as distributed (see data/raw/README.md)
-SHA256 = {
-    "crowdsourced.csv": "11026f911d96476daed6c9a83ba0fbf3555598c04ef9b7fa567eeadee8693843",
-    "CT24_checkworthy_english_train.tsv": "c86e5338b1ffe16b23334574ef6a994987e54bdf9d1dbdaeb747e6e55266a193",
-    "CT24_checkworthy_english_dev-test.tsv": "aaf9e9427545c1213465e8857da00fb9fe4d4a7c337bab2ae0a75150fa8c01f2",
-}
 
 
 def load_dataset(name: str) -> tuple[list[Claim], list[LoadReport]]:
@@ -37,14 +31,15 @@ def load_dataset(name: str) -> tuple[list[Claim], list[LoadReport]]:
     raw = DATA_DIR / "raw"
     if name == "claimbuster":
         claims, report = load_claimbuster(raw / "claimbuster" / "crowdsourced.csv",
-                                          expected_sha256=SHA256["crowdsourced.csv"])
+                                          expected_sha256=KNOWN_SHA256["crowdsourced.csv"])
         return claims, [report]
     if name == "clef2024":
         out: list[Claim] = []
         reports = []
         for split, fname in (("train", "CT24_checkworthy_english_train.tsv"),
                              ("dev-test", "CT24_checkworthy_english_dev-test.tsv")):
-            claims, report = load_clef(raw / "clef2024" / fname, split, expected_sha256=SHA256.get(fname))
+            claims, report = load_clef(raw / "clef2024" / fname, split,
+                                       expected_sha256=KNOWN_SHA256.get(fname))
             out += claims
             reports.append(report)
         return out, reports

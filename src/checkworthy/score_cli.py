@@ -29,8 +29,7 @@ import yaml
 from sqlalchemy import Engine, text
 
 from checkworthy import store
-from checkworthy.errors import DataError
-from checkworthy.tabular import read_rows
+from checkworthy.tabular import id_and_text, read_rows
 
 #: integer usage fields summed for the cost report (OpenAI and Ollama names)
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens",
@@ -51,15 +50,7 @@ def read_input(path: Path) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
     for line, rec in records:
-        cid, txt = rec["id"].strip(), rec["text"]
-        if not cid:
-            raise DataError(name, line, "id", "empty id")
-        if cid in seen:
-            raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
-        seen[cid] = line
-        if not txt.strip():
-            raise DataError(name, line, "text", "empty text")
-        rows.append((cid, txt))
+        rows.append(id_and_text(name, line, rec, seen))
     return rows
 
 

@@ -40,3 +40,16 @@ def read_rows(
             raise field_count_error(name, rec.line, header, len(rec.fields))
         rows.append((rec.line, dict(zip(header, rec.fields))))
     return header, rows
+
+
+def id_and_text(file: str, line: int, rec: dict[str, str], seen: dict[str, int]) -> tuple[str, str]:
+    """A row's id (stripped, non-empty, unique within the file: ``seen`` records it) and text."""
+    cid, txt = rec["id"].strip(), rec["text"]
+    if not cid:
+        raise DataError(file, line, "id", "empty id")
+    if cid in seen:
+        raise DataError(file, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
+    seen[cid] = line
+    if not txt.strip():
+        raise DataError(file, line, "text", "empty text")
+    return cid, txt

@@ -7,6 +7,7 @@ returned with ``score=None`` and a ``status`` saying why, the raw text kept.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,3 +45,12 @@ class Scorer(Protocol):
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
         """Score texts; one dict per text mapping each score kind to its ``Score``."""
         ...
+
+
+def check_score(number: float) -> tuple[float | None, str]:
+    """A parsed number as a score: finite and in [0, 1], else the failure status (never clipped)."""
+    if not math.isfinite(number):
+        return None, NOT_A_NUMBER
+    if not 0.0 <= number <= 1.0:
+        return None, OUT_OF_RANGE
+    return number, OK

@@ -17,15 +17,14 @@ Why it is shaped like this:
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from checkworthy.errors import DataError
-from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
-from checkworthy.tabular import read_rows
+from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, UNPARSEABLE, Score, check_score
+from checkworthy.tabular import id_and_text, read_rows
 
 DEFAULT_KIND = "imported"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -38,12 +37,7 @@ def parse_cell(cell: str) -> tuple[float | None, str]:
         return None, UNPARSEABLE
     if not _NUMBER.fullmatch(value):
         return None, NOT_A_NUMBER
-    number = float(value)
-    if not math.isfinite(number):
-        return None, NOT_A_NUMBER
-    if not 0.0 <= number <= 1.0:
-        return None, OUT_OF_RANGE
-    return number, OK
+    return check_score(float(value))
 
 
 def _loose(text: str) -> str:
@@ -66,14 +60,8 @@ def read_score_file(path: Path, score_column: str = "score") -> tuple[dict[str, 
     first: dict[str, tuple[int, str]] = {}
     seen_ids: dict[str, int] = {}
     for line, rec in records:
-        cid, text, cell = rec["id"].strip(), rec["text"], rec[score_column]
-        if not cid:
-            raise DataError(name, line, "id", "empty id")
-        if cid in seen_ids:
-            raise DataError(name, line, "id", f"duplicate id {cid!r} (first on line {seen_ids[cid]})")
-        seen_ids[cid] = line
-        if not text.strip():
-            raise DataError(name, line, "text", "empty text")
+        cid, text = id_and_text(name, line, rec, seen_ids)
+        cell = rec[score_column]
         if text in first and first[text][1] != cell:
             raise DataError(name, line, score_column, f"the same text has score {first[text][1]!r} "
                                                       f"on line {first[text][0]}")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import math
 import random
 import re
 import threading
@@ -54,7 +53,7 @@ from checkworthy.prompt import (
     parse_score,
     prompt_version,
 )
-from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
+from checkworthy.scorers.base import NOT_A_NUMBER, UNPARSEABLE, Score, check_score
 
 T = TypeVar("T")
 
@@ -138,12 +137,7 @@ def check_value(value: Any) -> tuple[float | None, str]:
     """A decoded JSON value as a score: a finite number in [0, 1], else the failure status."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, NOT_A_NUMBER
-    number = float(value)
-    if not math.isfinite(number):
-        return None, NOT_A_NUMBER
-    if not 0.0 <= number <= 1.0:
-        return None, OUT_OF_RANGE
-    return number, OK
+    return check_score(float(value))
 
 
 def clean_raw(text: str) -> str:
