@@ -30,17 +30,24 @@ def main() -> None:
     texts = [f"bench claim {i}" for i in range(N_L + N_Q)]
     with engine.begin() as conn:
         ids = store.store_claims_with_labels(
-            conn, [store.NewClaim("bench", "x", str(i), t, int(i % 3 == 0)) for i, t in enumerate(texts)], "bench")
+            conn,
+            [store.NewClaim("bench", "x", str(i), t, int(i % 3 == 0)) for i, t in enumerate(texts)],
+            "bench",
+        )
         from pgvector.sqlalchemy import Vector
         from sqlalchemy import bindparam, text
 
-        conn.execute(text("INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, 'all-MiniLM-L6-v2', :v)")
-                     .bindparams(bindparam("v", type_=Vector(DIM))),
-                     [{"h": store.sha256_text(t), "v": v} for t, v in zip(texts, vecs)])
+        conn.execute(
+            text(
+                "INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, 'all-MiniLM-L6-v2', :v)"
+            ).bindparams(bindparam("v", type_=Vector(DIM))),
+            [{"h": store.sha256_text(t), "v": v} for t, v in zip(texts, vecs)],
+        )
         ls = store.create_label_set(conn, "bench", ids[:N_L])
         model = store.ensure_model(conn, "file:bench", "file")
-        store.insert_predictions(conn, model, "none", {}, [(store.sha256_text(t), {"imported": Score(0.5, OK, "")})
-                                                            for t in texts])
+        store.insert_predictions(
+            conn, model, "none", {}, [(store.sha256_text(t), {"imported": Score(0.5, OK, "")}) for t in texts]
+        )
     key = store.ScoreKey(model, "none", store.params_hash({}), "imported")
     q_ids = ids[N_L:]
     print(f"queries {N_Q} x labelled {N_L}, dim {DIM}")
