@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkworthy.config import PARAMS_FILE, ROOT, load_params  # noqa: E402
+from checkworthy.config import DVC_REPORT, PARAMS_FILE, REPORTS_DIR, ROOT, load_params  # noqa: E402
 from flows.pipeline import (  # noqa: E402
     _bounds,
     _write_json,
@@ -48,7 +48,8 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
     dv = version_data_task(str(ROOT), False, db_url, f"dvc-stage:{stage}", {"stage": stage})
     if stage == "evaluate":
         run_ids = [r["run_id"] for r in _read("calibration.json")["runs"]]
-        return evaluate_task(run_ids, db_url, str(METRICS / "evaluation.json"))
+        return evaluate_task(run_ids, db_url, str(METRICS / "evaluation.json"), DVC_REPORT, str(REPORTS_DIR),
+                             params.get("report"))
     sampling = params.get("sampling", {})
     prepared = [prepare_task(name, params["seed"], (sampling.get(name) or {}).get("n_per_class"), dv, db_url)
                 for name in params["datasets"]]

@@ -19,6 +19,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Debian's Chromium renders the HTML report in the tests (headless); Debian's package, not a
+# browser download. Best effort: without it that one test is skipped, and says so.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium >/dev/null; } || echo "setup: could not install Debian's chromium (the HTML test will skip)" >&2
+fi
+
 # tools stay offline and quiet
 export DVC_NO_ANALYTICS=1 PREFECT_SERVER_ANALYTICS_ENABLED=false HF_HUB_OFFLINE=1
 .venv/bin/dvc config --local core.analytics false >/dev/null 2>&1 || true

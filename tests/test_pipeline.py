@@ -44,7 +44,8 @@ def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, 
             "ON l.id = r.label_set_id WHERE l.name LIKE '%limit=16'")).all()
         assert {(r.target, r.score_kind, r.k) for r in runs} == {
             (f"{d}:test", kind, k) for d in ("claimbuster", "clef2024")
-            for kind in ("verbalised", "token_prob") for k in (3, 5, 10)}
+            for kind in ("verbalised", "token_prob", "paper_c", "p_positive")  # Gemma, classifier
+            for k in (3, 5, 10)}
         assert {r.status for r in runs} == {"complete"}
         preds = conn.execute(text(
             "SELECT parse_status, count(*) FROM predictions p JOIN models m ON m.id = p.model_id "

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from sqlalchemy import text
 
 from checkworthy import report, store
 from checkworthy.calibrate import RunContext, RunSpec, run_calibration
 from checkworthy.cli import main
+from checkworthy.config import DVC_REPORT, ROOT
 from checkworthy.datasets import load_clef
 from checkworthy.embeddings import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
@@ -339,6 +341,8 @@ def test_html_renders_with_every_plot_in_chromium(world, tmp_path):
     assert html.count('src="data:image/png;base64,') == 4
     out = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
          page.as_uri()],
         capture_output=True, text=True, timeout=120)
@@ -376,11 +380,11 @@ def test_dvc_reads_the_stored_numbers(world, engine, tmp_path):
 
     repo = tmp_path / "repo"
     shutil.copytree(path.parent, repo / "reports" / "report-world")
+    # the project's own metrics and plots declarations, pointed at this report
+    project = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    declared = {key: project[key] for key in ("metrics", "plots")}
     (repo / "dvc.yaml").write_text(
-        "metrics:\n  - reports/report-world/metrics.json\n"
-        "plots:\n"
-        "  - reports/report-world/plots/f1_vs_k:\n      x: k\n      y: [baseline, knn, nnppi]\n"
-        "  - reports/report-world/plots/f1_vs_L:\n      x: n_labelled\n      y: [k3, k5, k10]\n")
+        yaml.safe_dump(declared).replace(f"reports/{DVC_REPORT}/", "reports/report-world/"))
     dvc = str(Path(__import__("sys").executable).parent / "dvc")
     env = dvc_env() | {"DVC_SITE_CACHE_DIR": str(tmp_path / "site")}
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=repo, check=True, env=env)

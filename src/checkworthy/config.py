@@ -12,6 +12,7 @@ ROOT = Path(os.environ.get("CHECKWORTHY_ROOT", Path(__file__).resolve().parents[
 DATA_DIR = ROOT / "data"
 VAR_DIR = Path(os.environ.get("CHECKWORTHY_VAR", ROOT / "var"))
 REPORTS_DIR = ROOT / "reports"
+DVC_REPORT = "dvc"  # the report `dvc repro` renders: reports/dvc/ (dvc.yaml's metrics and plots)
 PARAMS_FILE = ROOT / "params.yaml"
 GUIDELINES_FILE = Path(__file__).resolve().parent / "guidelines" / "checkworthiness.yaml"
 
