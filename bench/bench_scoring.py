@@ -20,9 +20,11 @@ from pathlib import Path
 
 import torch
 
+from checkworthy.config import DATA_DIR
 from checkworthy.scorers.embedded_gemma import PAPER, EmbeddedGemmaScorer
+from checkworthy.versioning import ensure_data
 
-DATA = Path("/work/shared/datasets/clef2024/CT24_checkworthy_english_dev-test.tsv")
+DATA = DATA_DIR / "raw" / "clef2024" / "CT24_checkworthy_english_dev-test.tsv"  # the project's DVC copy
 
 
 def read_claims(path: Path, n: int) -> list[str]:
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    ensure_data()  # a fresh clone pulls data/ from the project's DVC remote
     claims = read_claims(DATA, args.n)
     print(f"{len(claims)} claims, torch threads {torch.get_num_threads()}")
     base = EmbeddedGemmaScorer(sampling=PAPER, progress=False)

@@ -249,6 +249,22 @@ def unscored_task(lineage: str, label_set_id: int, models: list[dict[str, Any]],
     return [{"model": m, "claim_ids": missing[m["spec"]]} for m in models if m["spec"] in missing]
 
 
+@task(name="compare-methods", **DB)
+def compare_task(run_ids: list[int], db_url: str | None) -> list[int]:
+    """Every interval, correction and calibrator on each run's inputs (stored once per run), for the
+    report's "Methods compared" section. A run too small to cross-validate is skipped, and said."""
+    from checkworthy import comparison
+
+    engine, done = engine_for(db_url), []
+    for rid in run_ids:
+        try:
+            with engine.begin() as conn:
+                done.append(comparison.ensure_comparison(conn, rid, flow_run_id=events.current_flow_run_id()))
+        except ValueError as exc:
+            get_run_logger().warning(f"run {rid}: no method comparison ({exc})")
+    return done
+
+
 @task(name="evaluate", **DB)
 def evaluate_task(run_ids: list[int], db_url: str | None, metrics_file: str | None = None,
                   report_name: str | None = None, reports_dir: str | None = None,
@@ -440,6 +456,8 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
                 for p in prepared]
     runs = _calibrate_all(lineages, verdicts, params, dv, db_url, None, echo)
     run_ids = [r["run_id"] for r in runs]
+    if params.get("compare"):
+        say(f"compared the methods on {len(compare_task(run_ids, db_url))} runs", echo)
     ev = evaluate_task(run_ids, db_url, metrics_file, report_name, reports_dir, params.get("report"))
     return {"runs": runs, "run_ids": run_ids, "data_version_id": dv, "validations": list(verdicts.values()),
             "report": ev["report"], "metrics": ev["metrics"], "seconds": time.monotonic() - t0}

@@ -22,6 +22,7 @@ from flows.pipeline import (  # noqa: E402
     _bounds,
     _write_json,
     calibrate_task,
+    compare_task,
     embed_task,
     evaluate_task,
     flow,
@@ -48,6 +49,8 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
     dv = version_data_task(str(ROOT), False, db_url, f"dvc-stage:{stage}", {"stage": stage})
     if stage == "evaluate":
         run_ids = [r["run_id"] for r in _read("calibration.json")["runs"]]
+        if params.get("compare"):
+            compare_task(run_ids, db_url)
         return evaluate_task(run_ids, db_url, str(METRICS / "evaluation.json"), DVC_REPORT, str(REPORTS_DIR),
                              params.get("report"))
     sampling = params.get("sampling", {})

@@ -274,3 +274,22 @@ def test_report_and_metrics_rows_are_what_the_run_stored(engine, complete):
     assert h["effective_status"] == "complete"
     assert h["n_results"] == len(sc.unl_ids) == json.loads(json.dumps(h["params"]))["n_calibrated"]
     assert h["nnppi_weighted_f1"] is not None and h["report_ids"]
+
+
+def test_every_table_is_append_only_in_the_database(engine):
+    """The catalogue: each table a migration creates has a row trigger against UPDATE/DELETE and a
+    statement trigger against TRUNCATE, except the run table (guarded: a running run may finish) and
+    Alembic's own bookkeeping."""
+    exempt = {"alembic_version", "calibration_runs"}
+    with engine.connect() as conn:
+        tables = set(conn.execute(text(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars()) - exempt
+        guarded = conn.execute(text(
+            """SELECT c.relname, t.tgtype FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+               JOIN pg_proc p ON p.oid = t.tgfoid
+               WHERE p.proname = 'checkworthy_append_only' AND NOT t.tgisinternal""")).all()
+    # tgtype bits: 1 row-level, 8 delete, 16 update, 32 truncate
+    rows = {name for name, kind in guarded if kind & 1 and kind & 8 and kind & 16}
+    truncates = {name for name, kind in guarded if kind & 32}
+    assert tables and not tables - rows, f"UPDATE/DELETE allowed on {sorted(tables - rows)}"
+    assert not tables - truncates, f"TRUNCATE allowed on {sorted(tables - truncates)}"

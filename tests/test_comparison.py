@@ -187,6 +187,8 @@ def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
     width = stored[("nnppi", "mean_width", "all")]
     assert idx[("interval", "z", 5, "mean_width", "all")] == pytest.approx(width)
     assert not any(r["method"] == "temperature" for r in rows)  # verbalised score
+    # the embedding head got the stored MiniLM vectors of L and of the targets
+    assert ("head", "minilm-head", None, "weighted_f1", "all") in idx and info["head"]["C"] > 0
     with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
         conn.execute(text("UPDATE method_comparison SET value = 0 WHERE comparison_id = :c"), {"c": cid})
     with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:

@@ -266,13 +266,23 @@ def test_worker_serves_the_deployments_of_prefect_yaml(compose):
         assert (ROOT / d["entrypoint"].split(":")[0]).exists(), d["entrypoint"]
 
 
-def test_the_pulled_ollama_model_is_the_one_params_yaml_scores_with(compose):
-    """A deployment scoring with ``ollama:<model>`` needs that model in the ollama volume."""
-    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+def test_the_worker_scores_with_the_ollama_model_it_pulled(compose):
+    """Ollama is the production backend: the worker's parameters (CHECKWORTHY_PARAMS, params.yaml
+    with production's models) score with ``ollama:<model>``, the model ollama-pull fetched."""
+    from checkworthy.config import load_params
+
+    inside = compose["services"]["worker"]["environment"]["CHECKWORTHY_PARAMS"]
+    path = ROOT / Path(inside).relative_to(compose["services"]["worker"].get("working_dir", "/app"))
+    params, base = load_params(path), load_params(ROOT / "params.yaml")
+    specs = [m["spec"] for m in params["models"]]
     pulled = compose["services"]["ollama-pull"]["command"][-1]
-    for spec in (m["spec"] for m in params.get("models", [])):
+    assert any(s.startswith("ollama:") for s in specs) and not any(s.startswith("embedded:") for s in specs)
+    for spec in specs:
         if spec.startswith("ollama:"):
             assert spec.removeprefix("ollama:") == pulled, spec
+    assert {k: v for k, v in params.items() if k != "models"} == {k: v for k, v in base.items()
+                                                                   if k != "models"}
+    assert "params.production.yaml" in (ROOT / ".dockerignore").read_text(encoding="utf-8")
 
 
 def test_healthchecks_and_start_order(compose):

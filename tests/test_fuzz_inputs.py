@@ -167,6 +167,56 @@ def test_calibrate_process_exits_non_zero(db_url, tmp_path, case):
     assert not (tmp_path / "OUT.csv").exists()
 
 
+# ---------------------------------------------------------------- label files (`checkworthy labels add`)
+
+LABEL_HEADER = "id,dataset,label,source"
+LABEL_ROWS = ["101,clef2024,1,annotator:ann", "102,clef2024,0,annotator:ann", '103,clef2024,1,"ann, bob"']
+
+
+def label_with(i: int, row: str) -> bytes:
+    rows = list(LABEL_ROWS)
+    rows[i] = row
+    return csv_bytes(*rows, header=LABEL_HEADER)
+
+
+#: structural problems of a label file (label values are judged later, by the GX suite, all at once)
+LABEL_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
+    "latin-1 bytes": (label_with(1, "102,clef2024,0,Jos\xe9").replace(b"\xc3\xa9", b"\xe9"), 3, "source", None),
+    "NUL byte": (label_with(0, "101,clef\x002024,1,ann"), 2, "dataset", None),
+    "empty file": (b"", 1, None, None),
+    "header only": (csv_bytes(header=LABEL_HEADER), 2, None, None),
+    "missing column": (csv_bytes("101,1", header="id,label"), 1, "dataset", None),
+    "extra column": (csv_bytes("101,clef2024,1,x", header="id,dataset,label,note"), 1, "note", None),
+    "missing field": (label_with(1, "102,clef2024"), 3, None, None),
+    "unclosed quote": (label_with(1, '102,clef2024,0,"ann'), 3, "source", None),
+    "huge field": (label_with(0, "101,clef2024,1," + "x" * 2_000_000), 2, "source", None),
+    "empty id": (label_with(2, ",clef2024,1,ann"), 4, "id", None),
+    "empty dataset": (label_with(2, "103,,1,ann"), 4, "dataset", None),
+}
+
+
+@pytest.mark.parametrize("case", _case_params(LABEL_CASES))
+def test_label_file_names_file_row_and_field(tmp_path, case):
+    from checkworthy.labels import read_label_csv
+
+    data, row, field, _ = LABEL_CASES[case]
+    path = tmp_path / "labels.csv"
+    path.write_bytes(data)
+    with pytest.raises(DataError) as info:
+        read_label_csv(path)
+    check_error(info.value, path, row, field)
+
+
+def test_labels_add_refuses_a_bad_file_and_writes_nothing(use_db, tmp_path, capsys):
+    path = tmp_path / "labels.csv"
+    path.write_bytes(LABEL_CASES["unclosed quote"][0])
+    before = table_counts(use_db)
+    assert main(["labels", "add", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert str(path) in err and "row 3" in err and "field 'source'" in err, err
+    assert table_counts(use_db) == before
+
+
 # ---------------------------------------------------------------- `checkworthy score`
 
 IN_HEADER = "id,text"

@@ -29,6 +29,10 @@ Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value`
                  model's own), fitted on L's scores: the same classification figures.
                  ``calibrator-prior``: their probabilities moved from L's class mix to the
                  pool's by Bayes' rule (:func:`checkworthy.calibrators.adjust_prevalence`).
+``head``         a logistic head on [embedding, score] fitted on L (:mod:`checkworthy.embedding_head`):
+                 its probability alone (``minilm-head``) and corrected by NN-PPI at the run's k
+                 with L's cross-fitted residuals (``minilm-head+nnppi``). ``head-cv``: the
+                 correction and k chosen by cross-validation on L over the head's probabilities.
 
 :func:`compare` is pure (arrays in, rows out); :func:`load_inputs` fetches the arrays of a stored
 run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run and options
@@ -44,7 +48,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +66,8 @@ from checkworthy.corrections import (
     estimate_lambda,
     select_by_cv,
 )
+from checkworthy.embedding_head import fit_head
+from checkworthy.embeddings import claim_embeddings
 from checkworthy.intervals import INTERVAL_METHODS, IntervalSummary, summarise
 from checkworthy.knn_sql import nearest_labelled
 from checkworthy.store import ScoreKey, sha256_text
@@ -70,7 +76,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int_]
 
 #: bump when a computation changes: stored comparisons of older versions are not reused
-COMPARISON_VERSION = 1
+COMPARISON_VERSION = 2  # 2: the embedding head (``head``, ``head-cv``)
 #: conformal interval methods (the ones whose coverage targets apply)
 CONFORMAL = tuple(m for m in INTERVAL_METHODS if m.startswith(("conformal", "mondrian")))
 #: conformal prediction sets: name -> (calibrator, class-conditional)
@@ -97,6 +103,8 @@ class CompareOptions:
     temperature_kinds: tuple[str, ...] = ("token_prob",)
     #: thresholds the prior-aware CV (``cv-prior``) may choose
     prior_thresholds: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(11))
+    #: fit the embedding head (needs the claims' embeddings in the inputs)
+    head: bool = True
     seed: int = 0
 
     def params(self) -> dict[str, Any]:
@@ -124,6 +132,9 @@ class CompareInputs:
     score_kind: str = ""
     #: share of check-worthy claims in the pool L was sampled from (known without test labels)
     pool_prevalence: float | None = None
+    #: embeddings of L's claims (rows as ``cal``) and of the targets, for the embedding head
+    emb_cal: FloatArray | None = None
+    emb: FloatArray | None = None
 
     def neighbourhood(self, k: int | None = None) -> Neighbourhood:
         """The targets with their first ``k`` (default the run's) neighbours."""
@@ -268,6 +279,9 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
             out.rows += _decision_rows("calibrator-prior", name, None, y, q, thr)
     out.info["calibrator_params"] = cal_params
 
+    if o.head and inp.emb_cal is not None and inp.emb is not None:
+        out.info["head"] = _head_rows(out, inp, ks, o.seed)
+
     # conformal prediction sets (crepes)
     for name in o.sets:
         calibrator, class_cond = SET_METHODS[name]
@@ -277,6 +291,27 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
         out.rows += [r for r in _interval_rows("sets", name, None, s)
                      if not r.metric.startswith("mean_width")]
     return out
+
+
+def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int) -> dict[str, Any]:
+    """The embedding head as a predictor: alone, under NN-PPI at the run's k, and under the CV choice.
+
+    L's scores become the head's out-of-fold probabilities, so each residual Y_j - c_j is
+    cross-fitted; the targets' scores are the head (fitted on all of L) applied to them.
+    """
+    assert inp.emb_cal is not None and inp.emb is not None
+    head = fit_head(inp.emb_cal, inp.cal.c, inp.cal.y, seed=seed)
+    p = head.predict(inp.emb, inp.c)
+    cal = replace(inp.cal, c=head.oof)
+    nb = Neighbourhood(c=p, nbr=inp.nbr, cal=cal, dist=inp.dist, k=inp.k)
+    y, thr = inp.y, inp.threshold
+    out.rows += _decision_rows("head", "minilm-head", None, y, p, thr)
+    out.rows += _decision_rows("head", "minilm-head+nnppi", inp.k, y, Choice("paper", inp.k).theta(nb), thr)
+    best = select_by_cv(cal, ks=ks, thresholds=(thr,), seed=seed).best
+    out.rows += _decision_rows("head-cv", best.method, best.k, y, best.theta(nb), thr)
+    out.rows.append(MetricRow("head-cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
+    return {"C": head.C, "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
+                                       "cv_weighted_f1": best.cv_score, "label": _label(best)}}
 
 
 def _calibrator_params(model: Any) -> dict[str, float]:
@@ -377,7 +412,12 @@ def load_inputs(conn: Connection, run_id: int,
     stored = [list(r.neighbor_ids) for r in res]
     as_stored = all(len(s) <= nq.neighbor_ids.shape[1] and nq.neighbor_ids[i, :len(s)].tolist() == s
                     for i, s in enumerate(stored))
+    emb_cal = emb = None
+    if o.head:
+        emb_cal = claim_embeddings(conn, pool.claim_ids.tolist(), run["embed_model"])
+        emb = claim_embeddings(conn, ids, run["embed_model"])
     inp = CompareInputs(pool_prevalence=pool_prevalence(conn, run["label_set_id"], ids, run["finished_at"]),
+                        emb_cal=emb_cal, emb=emb,
                         cal=pool.cal, c=np.array([r.score for r in res], dtype=float),
                         nbr=pool.positions(nq.neighbor_ids), dist=nq.distances,
                         y=np.array([gold[i] for i in ids], dtype=np.int64), k=k, alpha=float(run["alpha"]),
@@ -499,7 +539,8 @@ def console_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
     head = (f"{'family':<12} {'method':<21} {'k':>3} {'wF1':>6} {'F1 0':>6} {'F1 1':>6} {'acc':>6} "
             f"{'brier':>6}")
     lines += ["", head, "-" * len(head)]
-    for f, m, k in _keys(idx, ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior")):
+    for f, m, k in _keys(idx, ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head",
+                               "head-cv")):
         vals = [idx.get((f, m, k, metric, c)) for metric, c in (
             ("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"), ("brier", "all"))]
         lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "

@@ -13,7 +13,8 @@ DATA_DIR = ROOT / "data"
 VAR_DIR = Path(os.environ.get("CHECKWORTHY_VAR", ROOT / "var"))
 REPORTS_DIR = ROOT / "reports"
 DVC_REPORT = "dvc"  # the report `dvc repro` renders: reports/dvc/ (dvc.yaml's metrics and plots)
-PARAMS_FILE = ROOT / "params.yaml"
+#: the parameters file; production sets CHECKWORTHY_PARAMS=params.production.yaml (docker-compose.yml)
+PARAMS_FILE = Path(os.environ.get("CHECKWORTHY_PARAMS", ROOT / "params.yaml"))
 GUIDELINES_FILE = Path(__file__).resolve().parent / "guidelines" / "checkworthiness.yaml"
 
 EMBED_MODEL = "all-MiniLM-L6-v2"
@@ -21,9 +22,16 @@ EMBED_DIM = 384
 
 
 def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
-    """The pipeline parameters shared by ``checkworthy run``, the flows and ``dvc repro``."""
+    """The pipeline parameters shared by ``checkworthy run``, the flows and ``dvc repro``.
+
+    A file with ``extends: OTHER`` (a path relative to it) holds only what differs: its top-level
+    keys replace OTHER's, so production (``params.production.yaml``) cannot drift from params.yaml.
+    """
+    path = Path(path)
     with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        params = yaml.safe_load(fh) or {}
+    base = params.pop("extends", None)
+    return load_params(path.parent / base) | params if base else params
 
 
 def quiet_offline_env() -> None:

@@ -71,3 +71,19 @@ def load_embeddings(conn: Connection, text_hashes: Sequence[str]) -> dict[str, N
         {"h": list(text_hashes), "m": EMBED_MODEL},
     ).all()
     return {r.text_hash: np.asarray(r.embedding, dtype=np.float32) for r in rows}
+
+
+def claim_embeddings(
+    conn: Connection, claim_ids: Sequence[int], model: str = EMBED_MODEL
+) -> NDArray[np.float64]:
+    """(n, 384) vectors of the claims, in the order given (for fitted heads; kNN runs in SQL)."""
+    rows = conn.execute(
+        text("""SELECT e.embedding FROM unnest(CAST(:c AS bigint[])) WITH ORDINALITY AS q(id, i)
+                JOIN claims c ON c.id = q.id
+                JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :m ORDER BY q.i""")
+        .columns(embedding=Vector(384)),
+        {"c": [int(i) for i in claim_ids], "m": model},
+    ).scalars().all()
+    if len(rows) != len(claim_ids):
+        raise ValueError(f"{len(claim_ids) - len(rows)} of {len(claim_ids)} claims have no {model} embedding")
+    return np.asarray(rows, dtype=float).reshape(len(rows), -1)

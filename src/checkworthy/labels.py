@@ -64,49 +64,22 @@ def read_label_csv(path: Path) -> list[LabelRow]:
 
     Label values are not judged here: the validation suite reports every bad value at once.
     """
+    from checkworthy.tabular import read_rows  # the one parser of user CSVs: encoding, NUL, quoting, sizes
+
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(name, None, None, f"cannot read the file: {exc.strerror}") from exc
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(name, raw[: exc.start].count(b"\n") + 1, None, "not UTF-8 text") from exc
-    if "\x00" in content:
-        raise DataError(name, content[: content.index("\x00")].count("\n") + 1, None, "contains a NUL byte")
-    reader = csv.reader(content.splitlines(keepends=True), strict=True)
-    try:
-        header = [h.strip() for h in next(reader, [])]
-        if not header:
-            raise DataError(name, 1, None, "the file is empty: expected a header id,dataset,label")
-        for col in REQUIRED:
-            if col not in header:
-                raise DataError(name, 1, col, f"missing column (header: {','.join(header)})")
-        extra = [c for c in header if c not in REQUIRED + OPTIONAL]
-        if extra:
-            raise DataError(name, 1, extra[0],
-                            "unexpected column (allowed: id, dataset, label, source, text)")
-        rows = []
-        for fields in reader:
-            line = reader.line_num
-            if not fields:
-                continue
-            if len(fields) != len(header):
-                raise DataError(name, line, None, f"expected {len(header)} fields, got {len(fields)}")
-            rec = dict(zip(header, fields))
-            for col in ("id", "dataset"):
-                if not rec[col].strip():
-                    raise DataError(name, line, col, f"empty {col}")
-            value = rec["label"].strip()
-            rows.append(LabelRow(
-                line, rec["id"].strip(), rec["dataset"].strip(),
-                int(value) if value in ("0", "1") else value,
-                (rec.get("source") or "").strip() or None,
-                rec.get("text") if "text" in rec and rec["text"] != "" else None,
-            ))
-    except csv.Error as exc:
-        raise DataError(name, reader.line_num or None, None, f"malformed CSV: {exc}") from exc
+    _, records = read_rows(Path(path), REQUIRED, OPTIONAL)
+    rows = []
+    for line, rec in records:
+        for col in ("id", "dataset"):
+            if not rec[col].strip():
+                raise DataError(name, line, col, f"empty {col}")
+        value = rec["label"].strip()
+        rows.append(LabelRow(
+            line, rec["id"].strip(), rec["dataset"].strip(),
+            int(value) if value in ("0", "1") else value,
+            (rec.get("source") or "").strip() or None,
+            rec.get("text") if rec.get("text") else None,
+        ))
     if not rows:
         raise DataError(name, 2, None, "no data rows")
     return rows

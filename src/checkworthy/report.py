@@ -902,7 +902,8 @@ DECISION_COLUMNS = (("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy
                     ("threshold", "all"))
 FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choice", "sets": "conformal set",
                  "correction": "correction", "cv": "CV choice", "calibrator": "calibrator",
-                 "cv-prior": "CV choice, pool prior", "calibrator-prior": "calibrator, pool prior"}
+                 "cv-prior": "CV choice, pool prior", "calibrator-prior": "calibrator, pool prior",
+                 "head": "embedding head", "head-cv": "embedding head, CV choice"}
 
 
 def _comparison_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
@@ -963,7 +964,7 @@ def _comparison_section(doc: Document, conn: Connection, groups: Sequence[_Group
                     points.append((f, m, k, float(x), float(cov[0])))
                 csv_rows.append([r["k"], f, m, k, *cov, width01, size])
             for f, m, k in _comparison_keys(idx, ("correction", "cv", "cv-prior", "calibrator",
-                                                  "calibrator-prior")):
+                                                  "calibrator-prior", "head", "head-cv")):
                 vals = [idx.get((f, m, k, metric, c)) for metric, c in DECISION_COLUMNS]
                 dec_rows.append([str(r["k"]), FAMILY_TITLES[f], code(m), "—" if k is None else str(k),
                                  *[_f(x) for x in vals]])

@@ -38,6 +38,12 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
         kwargs: dict[str, Any] = {k: options[k] for k in ("batch_size", "seed") if k in options}
         kwargs["token_prob_only"] = options.get("mode") == "token_prob"
         temperature = options.get("temperature")
+        if temperature is None and options.get("sampling") not in (None, "paper"):
+            from checkworthy.scorers.ollama_backend import ABLATION_T01
+
+            if options["sampling"] != "t0.1":
+                raise ValueError(f"unknown sampling preset {options['sampling']!r} (paper, t0.1)")
+            temperature = ABLATION_T01.temperature  # the same presets as the Ollama backend
         if temperature is not None:
             kwargs["sampling"] = GREEDY if temperature == 0 else Sampling(
                 temperature=float(temperature), top_k=PAPER.top_k, top_p=PAPER.top_p)
