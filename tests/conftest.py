@@ -11,6 +11,17 @@ from checkworthy.config import ROOT, VAR_DIR, quiet_offline_env
 
 quiet_offline_env()
 
+
+def _prefect_logging_for_the_session() -> None:
+    """Bind Prefect's console handler to the session's stderr now: configured lazily inside a test
+    that uses capsys, it would keep writing to that test's closed capture in every later flow."""
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging()
+
+
+_prefect_logging_for_the_session()
+
 SHARED = ROOT.parent / "shared" / "datasets"
 
 

@@ -153,7 +153,7 @@ def test_bad_label_files_write_nothing(engine, world, tmp_path):
         n = conn.execute(text("SELECT count(*) FROM label_updates")).scalar_one()
     with pytest.raises(DataError, match="unknown claim"):
         labels.apply_label_file(engine, write_csv(tmp_path / "a.csv", [["no-such-id", w.tag, 1, ""]]), BOUNDS)
-    with pytest.raises(DataError, match="missing column"):
+    with pytest.raises(DataError, match="row 1, field 'label': required column missing"):
         labels.apply_label_file(engine, write_csv(tmp_path / "b.csv", [["1", w.tag]], ("id", "dataset")),
                                 BOUNDS)
     with pytest.raises(DataError, match="row 2, field 'label'"):  # a gold-only label must still be 0/1

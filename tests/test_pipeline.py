@@ -5,6 +5,8 @@ split, store, embed, score both kinds, SQL kNN for k in {3, 5, 10}, metrics, rep
 a handful of claims.
 """
 
+import json
+
 import pytest
 from sqlalchemy import text
 
@@ -51,6 +53,15 @@ def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, 
             "SELECT parse_status, count(*) FROM predictions p JOIN models m ON m.id = p.model_id "
             "WHERE m.spec = 'embedded:gemma3-270m' GROUP BY 1")).all()
         assert sum(n for _, n in preds) >= 4 * LIMIT  # every text scored, both kinds
+        # a token-probability score is the expected value of the stored distribution over its digits
+        token = conn.execute(text(
+            "SELECT p.score, p.raw_output FROM predictions p JOIN models m ON m.id = p.model_id "
+            "WHERE m.spec = 'embedded:gemma3-270m' AND p.score_kind = 'token_prob' AND p.score IS NOT NULL")).all()
+        assert len(token) >= LIMIT
+        for score, raw in token:
+            d = json.loads(raw)
+            tenths = sum((i / 10 + 0.05) * p for i, p in enumerate(d["d"]))
+            assert score == pytest.approx((d["p1"] + d["p0"] * tenths) / (d["p0"] + d["p1"]), abs=1e-4)
         stored = conn.execute(text("SELECT count(*) FROM reports WHERE name = 'smoke'")).scalar()
         assert stored == 1
 
