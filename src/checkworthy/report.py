@@ -431,10 +431,12 @@ def _temperature_siblings(conn: Connection, run: Mapping[str, Any]) -> dict[str,
                 WHERE r.status = 'complete' AND r.target = :t AND r.label_set_fingerprint = :fp
                   AND r.model_id = :m AND r.prompt_version = :pv AND r.score_kind = :sk AND r.k = :k
                   AND r.alpha = :a AND r.threshold = :th AND r.interval_method = :im
-                  AND r.embed_model = :em ORDER BY r.id"""),
+                  AND r.embed_model = :em
+                  AND coalesce(r.params->>'correction', 'paper') = :co ORDER BY r.id"""),
         {"t": run["target"], "fp": run["label_set_fingerprint"], "m": run["model_id"],
          "pv": run["prompt_version"], "sk": run["score_kind"], "k": run["k"], "a": run["alpha"],
-         "th": run["threshold"], "im": run["interval_method"], "em": run["embed_model"]},
+         "th": run["threshold"], "im": run["interval_method"], "em": run["embed_model"],
+         "co": (run["params"] or {}).get("correction", "paper")},
     ).all()
     rest = {k: v for k, v in own.items() if k != "temperature"}
     found: dict[str, int] = {}
