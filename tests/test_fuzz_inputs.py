@@ -104,14 +104,23 @@ def check_error(err: DataError, path: Path, row: int, field: str | None) -> None
     assert str(path) in str(err) and f"row {row}" in str(err) and repr(err.field) in str(err)
 
 
+def assert_refused(read: Callable[[Path], object], path: Path, data: bytes, row: int, field: str | None) -> None:
+    """``read`` of a file holding ``data`` raises a DataError naming the file, ``row`` and ``field``."""
+    path.write_bytes(data)
+    with pytest.raises(DataError) as info:
+        read(path)
+    check_error(info.value, path, row, field)
+
+
+def with_row(rows: list[str], header: str, i: int, row: str) -> bytes:
+    """A CSV of ``rows`` under ``header`` with row ``i`` replaced."""
+    return csv_bytes(*rows[:i], row, *rows[i + 1:], header=header)
+
+
 @pytest.mark.parametrize("case", _case_params(BYO_CASES))
 def test_byo_reader_names_file_row_and_field(tmp_path, case):
     data, row, field, _ = BYO_CASES[case]
-    path = tmp_path / "L.csv"
-    path.write_bytes(data)
-    with pytest.raises(DataError) as info:
-        read_scored_csv(path, label_required=True)
-    check_error(info.value, path, row, field)
+    assert_refused(lambda p: read_scored_csv(p, label_required=True), tmp_path / "L.csv", data, row, field)
 
 
 # ---------------------------------------------------------------- through the CLI
@@ -174,9 +183,7 @@ LABEL_ROWS = ["101,clef2024,1,annotator:ann", "102,clef2024,0,annotator:ann", '1
 
 
 def label_with(i: int, row: str) -> bytes:
-    rows = list(LABEL_ROWS)
-    rows[i] = row
-    return csv_bytes(*rows, header=LABEL_HEADER)
+    return with_row(LABEL_ROWS, LABEL_HEADER, i, row)
 
 
 #: structural problems of a label file (label values are judged later, by the GX suite, all at once)
@@ -200,11 +207,7 @@ def test_label_file_names_file_row_and_field(tmp_path, case):
     from checkworthy.labels import read_label_csv
 
     data, row, field, _ = LABEL_CASES[case]
-    path = tmp_path / "labels.csv"
-    path.write_bytes(data)
-    with pytest.raises(DataError) as info:
-        read_label_csv(path)
-    check_error(info.value, path, row, field)
+    assert_refused(read_label_csv, tmp_path / "labels.csv", data, row, field)
 
 
 def test_labels_add_refuses_a_bad_file_and_writes_nothing(use_db, tmp_path, capsys):
@@ -224,9 +227,7 @@ IN_ROWS = ["c1,The deficit tripled in four years.", "c2,Thank you all.", 'c3,"Jo
 
 
 def in_with(i: int, row: str) -> bytes:
-    rows = list(IN_ROWS)
-    rows[i] = row
-    return csv_bytes(*rows, header=IN_HEADER)
+    return with_row(IN_ROWS, IN_HEADER, i, row)
 
 
 #: structural problems of an ``id,text`` file (extra columns are ignored by design)
@@ -254,11 +255,7 @@ def test_score_input_names_file_row_and_field(tmp_path, case):
     from checkworthy.score_cli import read_input
 
     data, row, field, _ = SCORE_INPUT_CASES[case]
-    path = tmp_path / "in.csv"
-    path.write_bytes(data)
-    with pytest.raises(DataError) as info:
-        read_input(path)
-    check_error(info.value, path, row, field)
+    assert_refused(read_input, tmp_path / "in.csv", data, row, field)
 
 
 def _score_file_bytes(data: bytes) -> bytes:
@@ -357,11 +354,7 @@ CLEF_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
 @pytest.mark.parametrize("case", _case_params(CLEF_CASES))
 def test_clef_loader_names_file_row_and_field(tmp_path, case):
     data, row, field, _ = CLEF_CASES[case]
-    path = tmp_path / "clef.tsv"
-    path.write_bytes(data)
-    with pytest.raises(DataError) as info:
-        load_clef(path, "train")
-    check_error(info.value, path, row, field)
+    assert_refused(lambda p: load_clef(p, "train"), tmp_path / "clef.tsv", data, row, field)
 
 
 CB_HEADER = "Sentence_id,Text,Speaker,File_id,Verdict"
@@ -393,11 +386,7 @@ CB_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
 @pytest.mark.parametrize("case", _case_params(CB_CASES))
 def test_claimbuster_loader_names_file_row_and_field(tmp_path, case):
     data, row, field, _ = CB_CASES[case]
-    path = tmp_path / "crowdsourced.csv"
-    path.write_bytes(data)
-    with pytest.raises(DataError) as info:
-        load_claimbuster(path)
-    check_error(info.value, path, row, field)
+    assert_refused(load_claimbuster, tmp_path / "crowdsourced.csv", data, row, field)
 
 
 def test_loaders_keep_and_report_duplicate_ids(tmp_path):
