@@ -14,10 +14,9 @@ Then, exactly:
 - t's neighbour list can only change if an added claim is nearer than t's k-th neighbour in P
   (ties broken by claim id, as in the SQL kNN): its new list is the top k of P's list plus
   those added claims, so no kNN over the whole pool is needed. Which added claims can be that
-  near is bounded without reading any target vector: P stored t's distances to its k neighbours,
-  and the triangle inequality (chord distance on the unit sphere) turns them and the pool's
-  vectors into a lower bound on t's distance to each added claim; only pairs the bound cannot
-  rule out get their distance from pgvector;
+  near is decided against P's stored k-th distance: a vector prefilter (the targets' vectors
+  times the added claims', in float32 chunks, with a margin for rounding) keeps the pairs that
+  may enter, and only those get their distance from pgvector, the expression the SQL kNN uses;
 - t's values change if a neighbour's label or score changed (same neighbours, new residuals);
 - a removed neighbour leaves a gap only a real kNN can fill: those claims, and claims new to
   the target, go through the same SQL kNN (``nearest_labelled``) restricted to them.
@@ -469,6 +468,7 @@ def recalibrate(
     with engine.connect() as lock:
         lock.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": key})
         lock.commit()
+        held = True
         try:
             existing = find_complete_run(lock, key)
             lock.commit()
@@ -480,6 +480,7 @@ def recalibrate(
             if p.changes["added"] > MAX_ADDED_SHARE * max(len(p.pool), 1):
                 lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
                 lock.commit()
+                held = False  # the full run takes the same lock on its own connection
                 return recalibrate(engine, spec, ctx, force_full=True)
             with engine.begin() as conn:
                 run_id = _start(conn, spec, key, fingerprint, ctx, parent)
@@ -495,8 +496,9 @@ def recalibrate(
             return RecalOutcome(run_id, "incremental", parent, len(rows), len(p.keep), p.recomputed,
                                 p.changes)
         finally:
-            lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
-            lock.commit()
+            if held:
+                lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
+                lock.commit()
 
 
 # --------------------------------------------------------------------------- what is in force
