@@ -1267,7 +1267,10 @@ def table_rows(conn: Connection, run_ids: Sequence[int]) -> list[dict]:
     for run in _runs(conn, run_ids):
         m = load_metrics(conn, run["id"])
         paper = paper_figures.weighted_f1(run["dataset"], run["model_spec"], run["k"])
-        row: dict[str, Any] = {"run": run, "dataset": run["dataset"], "paper": paper}
+        sampled = _score_params(conn, run)
+        label = f"{run['model_spec']} / {run['score_kind']}" + (
+            f" {_temperature_label(sampled['temperature'])}" if "temperature" in sampled else "")
+        row: dict[str, Any] = {"run": run, "dataset": run["dataset"], "paper": paper, "label": label}
         for method, _ in METHODS:
             row[method] = {
                 "wf1": m.get((method, "weighted_f1", "all")),
@@ -1287,7 +1290,7 @@ def table_rows(conn: Connection, run_ids: Sequence[int]) -> list[dict]:
 
 def console_table(rows: Sequence[dict]) -> str:
     """The headline table for the terminal: weighted F1 (ours / paper) and class F1."""
-    head = (f"{'dataset':<12} {'model / score':<34} {'k':>3}  "
+    head = (f"{'dataset':<12} {'model / score':<40} {'k':>3}  "
             + "  ".join(f"{label + ' wF1 (paper)':>20}" for _, label in METHODS)
             + "   NN-PPI F1 c0/c1   cover95")
     lines = [head, "-" * len(head)]
@@ -1298,7 +1301,7 @@ def console_table(rows: Sequence[dict]) -> str:
             paper = r["paper"][i] if r["paper"] else None
             cells.append(f"{_f(r[method]['wf1']):>11} ({_f(paper)})")
         lines.append(
-            f"{r['dataset']:<12} {run['model_spec'] + ' / ' + run['score_kind']:<34} {run['k']:>3}  "
+            f"{r['dataset']:<12} {r['label']:<40} {run['k']:>3}  "
             + "  ".join(f"{c:>20}" for c in cells)
             + f"   {_f(r['nnppi']['f1_0'])}/{_f(r['nnppi']['f1_1'])}   {_f(r['coverage']['all'])}"
         )
