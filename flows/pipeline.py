@@ -366,12 +366,13 @@ def guidelines_task(guidelines: str, repo: str, db_url: str | None, emit: bool =
 
 
 @task(name="ingest-claims", **DB)
-def ingest_task(files: list[str], db_url: str | None) -> dict[str, list[int]]:
-    """Store newly arrived claims (``id,dataset,text``) as targets of their dataset's lineage."""
+def ingest_task(files: list[str], db_url: str | None,
+                lineages: list[str] | None = None) -> dict[str, list[int]]:
+    """Store newly arrived claims (``id,dataset,text``) as targets of their dataset's lineages."""
     engine = engine_for(db_url)
     out: dict[str, list[int]] = {}
     for f in files:
-        for target, ids in labels.ingest_claims(engine, Path(f)).items():
+        for target, ids in labels.ingest_claims(engine, Path(f), lineages).items():
             out.setdefault(target, []).extend(ids)
     return out
 
@@ -551,7 +552,7 @@ def score_new_claims_flow(db_url: str | None = None, repo: str = str(ROOT),
     params = load_params(Path(params_path))
     incoming = sorted(str(p) for p in (Path(repo) / "data" / "incoming").glob("*.csv"))
     dv = version_data_task(repo, bool(incoming), db_url, "score-new-claims", {"incoming": incoming})
-    added = ingest_task(incoming, db_url) if incoming else {}
+    added = ingest_task(incoming, db_url, label_set_names) if incoming else {}
     with engine_for(db_url).connect() as conn:
         stale = recalibrate.targets_needing_work(conn, label_set_names)
     if not stale:

@@ -20,7 +20,6 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import shutil
 import subprocess
@@ -549,45 +548,48 @@ def store_file_claims(conn: Connection, claims: Sequence[store.NewClaim], source
     return ids
 
 
-def lineage_for_dataset(conn: Connection, dataset: str) -> str:
-    """The lineage whose calibration set is of ``dataset`` (the first by name if several)."""
-    name = conn.execute(
+def lineages_for_dataset(conn: Connection, dataset: str, names: Sequence[str] | None = None) -> list[str]:
+    """The lineages whose calibration set is of ``dataset``: those of ``names`` if given (a
+    scheduled run that names its lineages), else the first by name."""
+    found = list(conn.execute(
         text(
             """SELECT v.name FROM (SELECT DISTINCT ON (name) name, label_set_id FROM label_set_versions
                                   ORDER BY name, id DESC) v
                WHERE EXISTS (SELECT 1 FROM label_set_items i JOIN claims c ON c.id = i.claim_id
                              WHERE i.label_set_id = v.label_set_id AND c.dataset = :d)
-               ORDER BY v.name LIMIT 1"""
+                 AND (CAST(:names AS text[]) IS NULL OR v.name = ANY(CAST(:names AS text[])))
+               ORDER BY v.name"""
         ),
-        {"d": dataset},
-    ).scalar()
-    if name is None:
+        {"d": dataset, "names": list(names) if names is not None else None},
+    ).scalars())
+    if not found:
         raise ValueError(f"no calibration label set of dataset {dataset!r}: run the main job first")
-    return name
+    return found if names is not None else found[:1]
 
 
-def ingest_claims(engine: Engine, path: Path) -> dict[str, list[int]]:
+def ingest_claims(engine: Engine, path: Path, lineages: Sequence[str] | None = None) -> dict[str, list[int]]:
     """Newly arrived claims (CSV ``id,dataset,text``) become the target ``<dataset>:incoming``.
 
-    They are calibrated by the lineage of their dataset; the same file ingested twice adds nothing.
+    They are calibrated by the lineages of their dataset named in ``lineages`` (default: the
+    first by name); the same file ingested twice adds nothing.
     """
+    from checkworthy.tabular import read_rows  # the one parser of user CSVs
+
     name = str(path)
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ("id", "dataset", "text") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(name, 1, missing[0], "missing column (need id,dataset,text)")
-        rows = []
-        for rec in reader:
-            if not all((rec[c] or "").strip() for c in ("id", "dataset", "text")):
-                raise DataError(name, reader.line_num, None, "id, dataset and text must not be empty")
-            rows.append(store.NewClaim(rec["dataset"].strip(), "incoming", rec["id"].strip(), rec["text"]))
+    _, records = read_rows(Path(path), ("id", "dataset", "text"), None)
+    rows = []
+    for line, rec in records:
+        for col in ("id", "dataset", "text"):
+            if not rec[col].strip():
+                raise DataError(name, line, col, f"empty {col}")
+        rows.append(store.NewClaim(rec["dataset"].strip(), "incoming", rec["id"].strip(), rec["text"]))
     out: dict[str, list[int]] = {}
     with engine.begin() as conn:
         ids = store.upsert_claims(conn, rows)
         for dataset in sorted({r.dataset for r in rows}):
             mine = [i for i, r in zip(ids, rows) if r.dataset == dataset]
             target = f"{dataset}:incoming"
-            register_target(conn, target, lineage_for_dataset(conn, dataset), mine)
+            for lineage in lineages_for_dataset(conn, dataset, lineages):
+                register_target(conn, target, lineage, mine)
             out[target] = mine
     return out
