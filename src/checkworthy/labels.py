@@ -36,6 +36,7 @@ from sqlalchemy import Connection, Engine, text
 from checkworthy import store
 from checkworthy.config import ROOT
 from checkworthy.errors import DataError
+from checkworthy.tabular import read_rows, require_filled
 from checkworthy.versioning import dvc_env
 
 REQUIRED = ("id", "dataset", "label")
@@ -63,15 +64,11 @@ def read_label_csv(path: Path) -> list[LabelRow]:
 
     Label values are not judged here: the validation suite reports every bad value at once.
     """
-    from checkworthy.tabular import read_rows  # the one parser of user CSVs: encoding, NUL, quoting, sizes
-
     name = str(path)
-    _, records = read_rows(Path(path), REQUIRED, OPTIONAL)
+    _, records = read_rows(Path(path), REQUIRED, OPTIONAL)  # the one parser of user CSVs
     rows = []
     for line, rec in records:
-        for col in ("id", "dataset"):
-            if not rec[col].strip():
-                raise DataError(name, line, col, f"empty {col}")
+        require_filled(name, line, rec, ("id", "dataset"))
         value = rec["label"].strip()
         rows.append(LabelRow(
             line, rec["id"].strip(), rec["dataset"].strip(),
@@ -573,15 +570,11 @@ def ingest_claims(engine: Engine, path: Path, lineages: Sequence[str] | None = N
     They are calibrated by the lineages of their dataset named in ``lineages`` (default: the
     first by name); the same file ingested twice adds nothing.
     """
-    from checkworthy.tabular import read_rows  # the one parser of user CSVs
-
     name = str(path)
     _, records = read_rows(Path(path), ("id", "dataset", "text"), None)
     rows = []
     for line, rec in records:
-        for col in ("id", "dataset", "text"):
-            if not rec[col].strip():
-                raise DataError(name, line, col, f"empty {col}")
+        require_filled(name, line, rec, ("id", "dataset", "text"))
         rows.append(store.NewClaim(rec["dataset"].strip(), "incoming", rec["id"].strip(), rec["text"]))
     out: dict[str, list[int]] = {}
     with engine.begin() as conn:

@@ -42,14 +42,19 @@ def read_rows(
     return header, rows
 
 
+def require_filled(file: str, line: int, rec: dict[str, str], columns: Sequence[str]) -> None:
+    """Each of ``columns`` holds more than white space, else an error naming the first empty one."""
+    for col in columns:
+        if not rec[col].strip():
+            raise DataError(file, line, col, f"empty {col}")
+
+
 def id_and_text(file: str, line: int, rec: dict[str, str], seen: dict[str, int]) -> tuple[str, str]:
     """A row's id (stripped, non-empty, unique within the file: ``seen`` records it) and text."""
-    cid, txt = rec["id"].strip(), rec["text"]
-    if not cid:
-        raise DataError(file, line, "id", "empty id")
+    require_filled(file, line, rec, ("id",))
+    cid = rec["id"].strip()
     if cid in seen:
         raise DataError(file, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
     seen[cid] = line
-    if not txt.strip():
-        raise DataError(file, line, "text", "empty text")
-    return cid, txt
+    require_filled(file, line, rec, ("text",))
+    return cid, rec["text"]

@@ -39,11 +39,9 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
         kwargs["token_prob_only"] = options.get("mode") == "token_prob"
         temperature = options.get("temperature")
         if temperature is None and options.get("sampling") not in (None, "paper"):
-            from checkworthy.scorers.ollama_backend import ABLATION_T01
+            from checkworthy.scorers.ollama_backend import paper_sampling
 
-            if options["sampling"] != "t0.1":
-                raise ValueError(f"unknown sampling preset {options['sampling']!r} (paper, t0.1)")
-            temperature = ABLATION_T01.temperature  # the same presets as the Ollama backend
+            temperature = paper_sampling("gemma3:270m", options["sampling"])[0].temperature  # same presets
         if temperature is not None:
             kwargs["sampling"] = GREEDY if temperature == 0 else Sampling(
                 temperature=float(temperature), top_k=PAPER.top_k, top_p=PAPER.top_p)
