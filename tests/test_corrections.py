@@ -257,3 +257,22 @@ def test_exclude_same_group_by_hand():
     LabelledSet(np.array([0, 1, 0, 1, 1]), np.full(5, 0.5), out, d)  # still a valid LOO set
     with pytest.raises(ValueError, match="outside their group"):
         exclude_same_group(nbr, dist, groups, 4)
+
+
+def test_neighbour_scores_as_seen_from_each_claim_replace_c_of_the_neighbours():
+    """Hand-computed: L = 3 claims; nbr_c gives claim 0's view of its neighbours' scores."""
+    from checkworthy.corrections import LabelledSet, Neighbourhood, correction_paper
+
+    cal = LabelledSet(y=np.array([1, 0, 1]), c=np.array([0.5, 0.2, 0.9]),
+                      nbr=np.array([[1, 2], [0, 2], [0, 1]]),
+                      nbr_c=np.array([[0.4, 0.6], [0.5, 0.9], [0.5, 0.2]]))
+    loo = Neighbourhood.loo(cal, 2)
+    # claim 0: 0.5 + ((0 - 0.4) + (1 - 0.6)) / 2 = 0.5; without nbr_c: 0.5 + ((0 - 0.2) + (1 - 0.9)) / 2 = 0.45
+    assert correction_paper(loo)[0] == pytest.approx(0.5)
+    plain = Neighbourhood.loo(LabelledSet(y=cal.y, c=cal.c, nbr=cal.nbr), 2)
+    assert correction_paper(plain)[0] == pytest.approx(0.45)
+    # claims outside L (no nbr_c) use L's own scores
+    q = Neighbourhood(c=np.array([0.3]), nbr=np.array([[0, 1]]), cal=cal, k=2)
+    assert correction_paper(q)[0] == pytest.approx(0.3 + ((1 - 0.5) + (0 - 0.2)) / 2)
+    with pytest.raises(ValueError, match="nbr_c has shape"):
+        LabelledSet(y=cal.y, c=cal.c, nbr=cal.nbr, nbr_c=np.zeros((3, 3)))

@@ -69,3 +69,30 @@ def test_compare_reports_the_head_only_when_embeddings_are_given():
     flipped = compare(CompareInputs(**{**inp.__dict__, "emb_cal": emb[:300], "emb": emb[300:],
                                        "y": 1 - inp.y}), opts)
     assert flipped.info["head"] == with_head.info["head"]
+
+
+def test_neighbour_scores_come_from_a_head_that_saw_neither_claim():
+    """nbr_c[i, col] for neighbour j: the head fitted without i's fold and j's fold; the diagonal
+    pair (same fold) is the out-of-fold head, so c of L is unchanged."""
+    from sklearn.linear_model import LogisticRegression
+
+    from checkworthy.corrections import LabelledSet
+    from checkworthy.embedding_head import _folds
+
+    emb, c, y = two_topics(120)
+    head = fit_head(emb, c, y, Cs=(1.0,))
+    nbr = np.array([[(i + 1) % 120, (i + 7) % 120, (i + 60) % 120] for i in range(120)])
+    cal = head.labelled_set(LabelledSet(y=y, c=c, nbr=nbr))
+    assert cal.c.tolist() == head.oof.tolist()
+    folds = _folds(y, 5, 0)
+    fold = np.empty(120, int)
+    for f, (_, test) in enumerate(folds):
+        fold[test] = f
+    x = features(emb, c)
+    for i, col in ((0, 0), (5, 1), (33, 2), (90, 0)):
+        j = nbr[i, col]
+        keep = (fold != fold[i]) & (fold != fold[j])
+        model = LogisticRegression(C=1.0, max_iter=2000).fit(x[keep], y[keep])
+        assert cal.nbr_c[i, col] == pytest.approx(model.predict_proba(x[[j]])[0, 1], abs=1e-9)
+    same = fold[nbr] == fold[:, None]
+    np.testing.assert_allclose(cal.nbr_c[same], head.oof[nbr][same])

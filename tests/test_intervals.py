@@ -347,3 +347,21 @@ def test_sets_follow_the_scores_exactly_with_a_constant_score(method):
         q = conformal_quantile(np.abs(yl - theta_l) / s_l, ALPHA)
         expected = np.column_stack([np.abs(theta) / s <= q, np.abs(1 - theta) / s <= q])
     np.testing.assert_array_equal(label_sets(lo, hi), expected)
+
+
+def test_split_conformal_carries_each_claims_view_of_its_neighbours_scores():
+    """``nbr_c`` (cross-fitted neighbour scores) follows the reference restriction column for column:
+    equal to ``c[nbr]`` it changes nothing; shifted, it moves the calibration scores."""
+    from dataclasses import replace
+
+    nb, _ = world(np.random.default_rng(5), m=300, n=50, K=60)
+    cal = nb.cal
+    same = replace(nb, cal=LabelledSet(y=cal.y, c=cal.c, nbr=cal.nbr, dist=cal.dist, nbr_c=cal.c[cal.nbr]))
+    for method in ("conformal-split", "mondrian-split", "conformal"):
+        a, b = INTERVAL_METHODS[method](nb.with_k(5)), INTERVAL_METHODS[method](same.with_k(5))
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    shifted = replace(nb, cal=LabelledSet(y=cal.y, c=cal.c, nbr=cal.nbr, dist=cal.dist,
+                                          nbr_c=np.clip(cal.c[cal.nbr] + 0.3, 0, 1)))
+    assert not np.array_equal(INTERVAL_METHODS["conformal-split"](nb.with_k(5))[1],
+                              INTERVAL_METHODS["conformal-split"](shifted.with_k(5))[1])

@@ -25,9 +25,11 @@ from checkworthy.calibrate import (
     load_run,
     run_calibration,
 )
+from checkworthy.calibrators import CALIBRATORS, fitted_params
 from checkworthy.cli import main
 from checkworthy.corrections import estimate_lambda, select_by_cv
 from checkworthy.datasets import load_clef
+from checkworthy.embedding_head import fit_head
 from checkworthy.embeddings import ensure_embeddings, load_embeddings
 from checkworthy.intervals import INTERVAL_METHODS, conformal_quantile
 from checkworthy.pipeline import PreparedDataset, calibrate_dataset
@@ -237,3 +239,65 @@ def test_pipeline_passes_interval_and_correction(engine, world):
                            {"i": runs[3]}).one()
     assert run.interval_method == "conformal" and run.params["correction"] == "shrink"
     assert "kappa" in run.params["correction_params"]
+
+
+@pytest.mark.parametrize("correction", ["platt", "platt-score", "isotonic", "temperature"])
+def test_calibrator_runs_store_the_calibrated_probability(engine, world, correction):
+    """A score calibrator fitted on L replaces the score; the stored score stays the model's."""
+    w = world
+    rows, run = rows_of(engine, run_calibration(engine, spec(w, interval_method="conformal-split",
+                                                             correction=correction)))
+    model = CALIBRATORS[correction]().fit(w["scores"][:N_LAB], w["labels"][:N_LAB])
+    c = np.array([r["score"] for r in rows])
+    np.testing.assert_allclose(c, [w["scores"][w["by_id"][r["claim_id"]]] for r in rows])
+    np.testing.assert_allclose([r["theta"] for r in rows], model.predict_proba(c)[:, 1], atol=1e-9)
+    assert run["params"]["predictor"] == {"name": correction, "params": pytest.approx(fitted_params(model))}
+    assert [int(r["decision"]) for r in rows] == [int(r["theta"] >= 0.5) for r in rows]
+    assert all(r["ci_low"] <= r["theta"] <= r["ci_high"] or r["ci_low"] <= 0 for r in rows)
+
+
+@pytest.mark.parametrize("correction", ["head", "head+nnppi", "head-cv"])
+def test_head_runs_match_a_head_fitted_by_hand(engine, world, correction):
+    """The embedding head on L's real MiniLM vectors: alone, under NN-PPI with out-of-fold residuals,
+    or under the CV choice made on L with pairwise cross-fitted neighbour scores."""
+    w = world
+    rows, run = rows_of(engine, run_calibration(engine, spec(w, interval_method="conformal",
+                                                             correction=correction)))
+    lab = sorted(w["ids"][:N_LAB])  # the pool's order (claim id)
+    pos = [w["by_id"][i] for i in lab]
+    head = fit_head(w["vecs"][pos], w["scores"][pos], w["labels"][pos], seed=0)
+    assert run["params"]["predictor"] == {"name": "head", "params": {"C": head.C}}
+    targets = [w["by_id"][r["claim_id"]] for r in rows]
+    p = head.predict(w["vecs"][targets], w["scores"][targets])
+    theta = np.array([r["theta"] for r in rows])
+    if correction == "head":
+        np.testing.assert_allclose(theta, p, atol=1e-6)
+    elif correction == "head+nnppi":
+        oof = dict(zip(lab, head.oof))
+        r_nbr = np.array([[w["labels"][w["by_id"][n]] - oof[n] for n in r["neighbor_ids"]] for r in rows])
+        assert r_nbr.shape == (len(rows), K)
+        np.testing.assert_allclose(theta, p + r_nbr.mean(axis=1), atol=1e-6)
+    else:
+        choice = run["params"]["cv_choice"]
+        assert choice["k"] in cv_ks(K) and run["params"]["k_used"] == choice["k"]
+        with engine.connect() as conn:
+            pool = labelled_pool(conn, w["ls"], w["key"], K)
+        best = select_by_cv(head.labelled_set(pool.cal), ks=cv_ks(K)).best
+        assert (best.method, best.k) == (choice["method"], choice["k"])
+    assert [int(r["decision"]) for r in rows] == [int(t >= 0.5) for t in theta]
+
+
+def test_cli_calibrate_with_the_head(use_db, world, tmp_path, capsys):
+    w = world
+    claims, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    claims = claims[-N_ALL:]
+    lab, unl, out = tmp_path / "L.csv", tmp_path / "U.csv", tmp_path / "out.csv"
+    for path, part in ((lab, slice(0, N_LAB)), (unl, slice(N_LAB, N_ALL))):
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows([["id", "text", "score", "label"]] + [
+                [c.source_id, c.text, s, c.label] for c, s in zip(claims[part], w["scores"][part])])
+    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "5", "--out", str(out),
+                 "--interval", "conformal-split", "--correction", "head-cv"]) == 0
+    assert "interval conformal-split, correction head-cv" in capsys.readouterr().out
+    with open(out, newline="", encoding="utf-8") as fh:
+        assert len(list(csv.DictReader(fh))) == N_ALL - N_LAB

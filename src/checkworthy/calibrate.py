@@ -10,7 +10,10 @@ the run 'failed' and the next attempt starts a new run.
 Methods: ``RunSpec.interval_method`` names an interval of :data:`checkworthy.intervals.INTERVAL_METHODS`
 and ``RunSpec.correction`` a point correction of :data:`checkworthy.corrections.CORRECTIONS`, or
 ``"cv"`` (method, k and parameters chosen by leave-one-out weighted F1 on the label set alone,
-:func:`checkworthy.corrections.select_by_cv`). The default, ``z`` + ``paper``, is the paper's
+:func:`checkworthy.corrections.select_by_cv`), or a predictor fitted on the label set that
+replaces the model score first (:data:`PREDICTOR_RUNS`: the standard score calibrators of
+:mod:`checkworthy.calibrators`, and the embedding head of :mod:`checkworthy.embedding_head`
+alone, under NN-PPI or under the CV choice). The default, ``z`` + ``paper``, is the paper's
 NN-PPI computed exactly as before (:func:`checkworthy.calibration.nnppi`, no extra query). Any
 other pair also fetches the label set's leave-one-out neighbour lists from SQL (conformal
 intervals, fitted lambdas and the CV need them). Both names are stored in the run (column
@@ -29,6 +32,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine, text
 
 from checkworthy import calibration
+from checkworthy.calibrators import CALIBRATORS, fitted_params
 from checkworthy.config import EMBED_MODEL
 from checkworthy.corrections import (
     CORRECTIONS,
@@ -38,6 +42,8 @@ from checkworthy.corrections import (
     estimate_lambda,
     select_by_cv,
 )
+from checkworthy.embedding_head import fit_head
+from checkworthy.embeddings import claim_embeddings
 from checkworthy.evaluate import metric_rows, store_metrics
 from checkworthy.intervals import INTERVAL_METHODS
 from checkworthy.knn_sql import Neighbours, nearest_labelled
@@ -127,7 +133,11 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, calibration.NN
     if pool is None:
         res = calibration.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
         return nb.claim_ids, res, nb, counts
-    res, used, fitted = compute_methods(spec, pool, nb, c)
+    emb = None
+    if PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
+        emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
+               claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
+    res, used, fitted = compute_methods(spec, pool, nb, c, emb)
     return used.claim_ids, res, used, counts | fitted
 
 
@@ -136,8 +146,16 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, calibration.NN
 
 #: neighbour counts the ``cv`` correction chooses from (those up to the run's k, and k itself)
 CV_KS = (3, 5, 10)
-#: correction names a run accepts: the registry's and ``cv``
-RUN_CORRECTIONS = (*CORRECTIONS, "cv")
+#: predictors fitted on L that replace the model score before a correction:
+#: run correction name -> (predictor, correction applied to the predictor's probability)
+PREDICTOR_RUNS: dict[str, tuple[str, str]] = {
+    **{name: (name, "raw") for name in ("platt", "platt-score", "isotonic", "temperature")},
+    "head": ("head", "raw"),
+    "head+nnppi": ("head", "paper"),
+    "head-cv": ("head", "cv"),
+}
+#: correction names a run accepts: the registry's, ``cv`` and the predictors
+RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS)
 SPLIT_METHODS = ("conformal-split", "mondrian-split")
 
 
@@ -242,18 +260,52 @@ def fit_choice(cal: LabelledSet, correction: str, k: int, threshold: float) -> t
     return Choice(correction, k, params, threshold), ({"correction_params": params} if params else {})
 
 
+def fit_predictor(
+    name: str, cal: LabelledSet, c: np.ndarray, emb: tuple[np.ndarray, np.ndarray] | None = None,
+    seed: int = 0,
+) -> tuple[LabelledSet, np.ndarray, dict[str, Any]]:
+    """L and the targets with a predictor fitted on L in place of the model score (pure).
+
+    A score calibrator (:data:`checkworthy.calibrators.CALIBRATORS`) maps every score, L's
+    included (one or two parameters: L's in-sample probabilities are fair game for conformal
+    scores). The embedding head needs ``emb`` = (L's vectors, the targets' vectors); L gets its
+    out-of-fold probabilities and pairwise cross-fitted neighbour scores
+    (:meth:`checkworthy.embedding_head.HeadFit.labelled_set`), so no label judges itself.
+    Returns (L, the targets' probabilities, the fitted numbers to record).
+    """
+    if name == "head":
+        if emb is None:
+            raise ValueError("the embedding head needs the claims' embeddings")
+        head = fit_head(emb[0], cal.c, cal.y, seed=seed)
+        return head.labelled_set(cal), head.predict(emb[1], c), {"C": head.C}
+    model = CALIBRATORS[name]().fit(cal.c, cal.y)
+    p_cal = model.predict_proba(cal.c)[:, 1]
+    return (LabelledSet(y=cal.y, c=p_cal, nbr=cal.nbr, dist=cal.dist), model.predict_proba(c)[:, 1],
+            fitted_params(model))
+
+
 def compute_methods(
     spec: RunSpec, pool: LabelledPool, nq: Neighbours, c: np.ndarray,
+    emb: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[calibration.NNPPIResult, Neighbours, dict[str, Any]]:
     """Any interval x correction on the arrays (pure); the neighbours used, and what was fitted.
 
     ``nq`` holds the targets' neighbour lists (as long as L's, nearest first), ``c`` their
-    scores. The correction is fitted on L only (:func:`fit_choice`); the interval is centred
-    on it. KNN and the raw-score baseline use the same neighbours as the correction.
+    scores, ``emb`` (L's, the targets' embeddings) only for the head. A predictor run
+    (:data:`PREDICTOR_RUNS`) first replaces the scores (:func:`fit_predictor`); the correction
+    is fitted on L only (:func:`fit_choice`); the interval is centred on it. KNN and the
+    raw-score baseline use the same neighbours as the correction and the model's own score.
     """
-    choice, fitted = fit_choice(pool.cal, spec.correction, spec.k, spec.threshold)
+    cal, theta_in, fitted = pool.cal, c, {}
+    correction = spec.correction
+    if correction in PREDICTOR_RUNS:
+        predictor, correction = PREDICTOR_RUNS[correction]
+        cal, theta_in, p_params = fit_predictor(predictor, cal, c, emb)
+        fitted = {"predictor": {"name": predictor, "params": p_params}}
+    choice, chosen = fit_choice(cal, correction, spec.k, spec.threshold)
+    fitted |= chosen
     k = choice.k
-    nb = Neighbourhood(c=c, nbr=pool.positions(nq.neighbor_ids), cal=pool.cal, dist=nq.distances, k=k)
+    nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=cal, dist=nq.distances, k=k)
     theta = choice.theta(nb)
     lo, hi = INTERVAL_METHODS[spec.interval_method](nb, spec.alpha, correction=choice.theta)
     km = calibration.knn_mean(nb.y_nbr())

@@ -62,6 +62,7 @@ __all__ = [
     "ScoreCalibrator",
     "TemperatureCalibrator",
     "adjust_prevalence",
+    "fitted_params",
     "make_calibrator",
     "prediction_sets",
 ]
@@ -215,6 +216,18 @@ def make_calibrator(name: str) -> ScoreCalibrator:
         return CALIBRATORS[name]()
     except KeyError:
         raise ValueError(f"unknown calibrator {name!r}; choose from {sorted(CALIBRATORS)}") from None
+
+
+def fitted_params(model: ScoreCalibrator) -> dict[str, float]:
+    """The fitted numbers of a calibrator, for the record (temperature, slope/intercept, steps)."""
+    if hasattr(model, "temperature_"):
+        return {"temperature": float(model.temperature_)}
+    inner = getattr(model, "model_", None)
+    if hasattr(inner, "coef_"):
+        return {"slope": float(inner.coef_[0][0]), "intercept": float(inner.intercept_[0])}
+    if hasattr(inner, "X_thresholds_"):
+        return {"n_steps": float(len(inner.X_thresholds_))}
+    return {}
 
 
 def adjust_prevalence(p: ArrayLike, source: float, target: float) -> FloatArray:

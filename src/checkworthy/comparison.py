@@ -32,7 +32,9 @@ Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value`
 ``head``         a logistic head on [embedding, score] fitted on L (:mod:`checkworthy.embedding_head`):
                  its probability alone (``minilm-head``) and corrected by NN-PPI at the run's k
                  with L's cross-fitted residuals (``minilm-head+nnppi``). ``head-cv``: the
-                 correction and k chosen by cross-validation on L over the head's probabilities.
+                 correction and k chosen by cross-validation on L over the head's probabilities
+                 (neighbours' scores cross-fitted pairwise, :meth:`HeadFit.labelled_set`);
+                 ``interval-head``: every interval centred on that choice.
 
 :func:`compare` is pure (arrays in, rows out); :func:`load_inputs` fetches the arrays of a stored
 run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run and options
@@ -48,7 +50,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,8 +58,8 @@ from numpy.typing import NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy import calibration, metrics
-from checkworthy.calibrate import labelled_pool, neighbour_columns
-from checkworthy.calibrators import CALIBRATORS, adjust_prevalence, prediction_sets
+from checkworthy.calibrate import fit_predictor, labelled_pool, neighbour_columns
+from checkworthy.calibrators import CALIBRATORS, adjust_prevalence, fitted_params, prediction_sets
 from checkworthy.corrections import (
     CORRECTIONS,
     Choice,
@@ -66,7 +68,6 @@ from checkworthy.corrections import (
     estimate_lambda,
     select_by_cv,
 )
-from checkworthy.embedding_head import fit_head
 from checkworthy.embeddings import claim_embeddings
 from checkworthy.intervals import INTERVAL_METHODS, IntervalSummary, summarise
 from checkworthy.knn_sql import nearest_labelled
@@ -76,7 +77,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int_]
 
 #: bump when a computation changes: stored comparisons of older versions are not reused
-COMPARISON_VERSION = 2  # 2: the embedding head (``head``, ``head-cv``)
+COMPARISON_VERSION = 3  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals
 #: conformal interval methods (the ones whose coverage targets apply)
 CONFORMAL = tuple(m for m in INTERVAL_METHODS if m.startswith(("conformal", "mondrian")))
 #: conformal prediction sets: name -> (calibrator, class-conditional)
@@ -271,7 +272,7 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
         if name == "temperature" and inp.score_kind not in o.temperature_kinds:
             continue
         model = CALIBRATORS[name]().fit(inp.cal.c, inp.cal.y)
-        cal_params[name] = _calibrator_params(model)
+        cal_params[name] = fitted_params(model)
         p = model.predict_proba(inp.c)[:, 1]
         out.rows += _decision_rows("calibrator", name, None, y, p, thr)
         if inp.pool_prevalence is not None:  # Bayes' rule from L's class mix to the pool's
@@ -280,7 +281,7 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
     out.info["calibrator_params"] = cal_params
 
     if o.head and inp.emb_cal is not None and inp.emb is not None:
-        out.info["head"] = _head_rows(out, inp, ks, o.seed)
+        out.info["head"] = _head_rows(out, inp, ks, o.seed, o.intervals)
 
     # conformal prediction sets (crepes)
     for name in o.sets:
@@ -293,16 +294,15 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
     return out
 
 
-def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int) -> dict[str, Any]:
+def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int,
+               intervals: Sequence[str]) -> dict[str, Any]:
     """The embedding head as a predictor: alone, under NN-PPI at the run's k, and under the CV choice.
 
     L's scores become the head's out-of-fold probabilities, so each residual Y_j - c_j is
     cross-fitted; the targets' scores are the head (fitted on all of L) applied to them.
     """
     assert inp.emb_cal is not None and inp.emb is not None
-    head = fit_head(inp.emb_cal, inp.cal.c, inp.cal.y, seed=seed)
-    p = head.predict(inp.emb, inp.c)
-    cal = replace(inp.cal, c=head.oof)
+    cal, p, fitted = fit_predictor("head", inp.cal, inp.c, (inp.emb_cal, inp.emb), seed=seed)
     nb = Neighbourhood(c=p, nbr=inp.nbr, cal=cal, dist=inp.dist, k=inp.k)
     y, thr = inp.y, inp.threshold
     out.rows += _decision_rows("head", "minilm-head", None, y, p, thr)
@@ -310,19 +310,15 @@ def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int
     best = select_by_cv(cal, ks=ks, thresholds=(thr,), seed=seed).best
     out.rows += _decision_rows("head-cv", best.method, best.k, y, best.theta(nb), thr)
     out.rows.append(MetricRow("head-cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
-    return {"C": head.C, "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
+    nb_best = nb.with_k(best.k)
+    for method in intervals:  # the head-cv choice's intervals (L's scores cross-fitted pairwise)
+        try:
+            lo, hi = INTERVAL_METHODS[method](nb_best, inp.alpha, correction=best.theta)
+        except ValueError:
+            continue
+        out.rows += _interval_rows("interval-head", method, best.k, summarise(lo, hi, y))
+    return {"C": fitted["C"], "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
                                        "cv_weighted_f1": best.cv_score, "label": _label(best)}}
-
-
-def _calibrator_params(model: Any) -> dict[str, float]:
-    """The fitted numbers of a calibrator, for the record."""
-    if hasattr(model, "temperature_"):
-        return {"temperature": float(model.temperature_)}
-    if hasattr(model, "model_") and hasattr(model.model_, "coef_"):
-        return {"slope": float(model.model_.coef_[0][0]), "intercept": float(model.model_.intercept_[0])}
-    if hasattr(model, "model_") and hasattr(model.model_, "X_thresholds_"):
-        return {"n_steps": float(len(model.model_.X_thresholds_))}
-    return {}
 
 
 def targets_met(rows: Sequence[MetricRow] | Sequence[Mapping[str, Any]], nominal: float = 0.95,
@@ -335,7 +331,7 @@ def targets_met(rows: Sequence[MetricRow] | Sequence[Mapping[str, Any]], nominal
     cov: dict[tuple[str, str, int | None], dict[str, float]] = {}
     for r in rows:
         d = r if isinstance(r, Mapping) else asdict(r) | {"class": r.cls}
-        if d["family"] in ("interval", "interval-cv", "sets") and d["metric"] == "coverage" and (
+        if d["family"] in INTERVAL_FAMILIES and d["metric"] == "coverage" and (
                 d["method"] in CONFORMAL or d["family"] == "sets"):
             cov.setdefault((d["family"], d["method"], d["k"]), {})[d["class"]] = d["value"]
     return {key: (_ok(c.get("all"), overall) and _ok(c.get("0"), per_class) and _ok(c.get("1"), per_class))
@@ -514,7 +510,14 @@ def _fmt(v: float | None, nd: int = 3) -> str:
     return f"{v:.{nd}f}"
 
 
-def _keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
+#: row families holding intervals and sets, and those holding decisions, in display order
+INTERVAL_FAMILIES = ("interval", "interval-cv", "interval-head", "sets")
+DECISION_FAMILIES = ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head", "head-cv")
+
+
+def method_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
+    """(family, method, k) present in ``idx`` (keyed by tuples starting with those three),
+    families in the given order, then method and k."""
     return sorted({(f, m, k) for f, m, k, *_ in idx if f in families},
                   key=lambda x: (list(families).index(x[0]), x[1], x[2] or 0))
 
@@ -527,7 +530,7 @@ def console_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
     head = (f"{'family':<12} {'interval':<21} {'k':>3} {'cov':>6} {'cov0':>6} {'cov1':>6} {'width':>7} "
             f"{'w[0,1]':>7} {'size':>5}  target")
     lines += [head, "-" * len(head)]
-    for f, m, k in _keys(idx, ("interval", "interval-cv", "sets")):
+    for f, m, k in method_keys(idx, INTERVAL_FAMILIES):
         vals = [idx.get((f, m, k, metric, c)) for metric, c in (
             ("coverage", "all"), ("coverage", "0"), ("coverage", "1"), ("mean_width", "all"),
             ("mean_width_01", "all"))]
@@ -539,8 +542,7 @@ def console_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
     head = (f"{'family':<12} {'method':<21} {'k':>3} {'wF1':>6} {'F1 0':>6} {'F1 1':>6} {'acc':>6} "
             f"{'brier':>6}")
     lines += ["", head, "-" * len(head)]
-    for f, m, k in _keys(idx, ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head",
-                               "head-cv")):
+    for f, m, k in method_keys(idx, DECISION_FAMILIES):
         vals = [idx.get((f, m, k, metric, c)) for metric, c in (
             ("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"), ("brier", "all"))]
         lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "

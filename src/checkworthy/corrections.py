@@ -89,12 +89,21 @@ def _check_nbr(nbr: ArrayLike, m: int, name: str) -> IntArray:
     return a.astype(np.int_)
 
 
-def _check_dist(dist: ArrayLike | None, shape: tuple[int, ...], name: str) -> FloatArray | None:
-    if dist is None:
+def _check_matrix(a: ArrayLike | None, shape: tuple[int, ...], name: str) -> FloatArray | None:
+    if a is None:
         return None
-    d = np.asarray(dist, dtype=float)
+    d = np.asarray(a, dtype=float)
     if d.shape != shape:
         raise ValueError(f"{name} has shape {d.shape}, expected {shape}")
+    if not np.isfinite(d).all():
+        raise ValueError(f"{name} must be finite")
+    return d
+
+
+def _check_dist(dist: ArrayLike | None, shape: tuple[int, ...], name: str) -> FloatArray | None:
+    d = _check_matrix(dist, shape, name)
+    if d is None:
+        return None
     if np.any(np.diff(d, axis=1) < -1e-12):
         raise ValueError(f"{name} rows must be sorted nearest first")
     return d
@@ -111,12 +120,19 @@ class LabelledSet:
     nbr : (m, K) indices into L of each labelled claim's nearest labelled claims, nearest first,
         never itself (validated: a claim that is its own neighbour would leak its label).
     dist : (m, K) cosine distances matching ``nbr``, or None (then distance-based methods fail).
+    nbr_c : (m, K) the listed neighbours' scores *as seen from each claim*, or None (then
+        ``c[nbr]``). For a score fitted on L itself (the embedding head), ``c_j`` came from a model
+        that may have seen claim i's label, and since i and j are similar that model pulls
+        ``c_j`` towards ``Y_i``: the residual ``Y_j - c_j`` then argues against ``Y_i`` and every
+        leave-one-out figure on L (CV, conformal scores) is pessimistic for NN-PPI. A
+        cross-fitted ``nbr_c[i, col]`` comes from a model that saw neither i nor the neighbour.
     """
 
     y: IntArray
     c: FloatArray
     nbr: IntArray
     dist: FloatArray | None = None
+    nbr_c: FloatArray | None = None
 
     def __post_init__(self) -> None:
         y = np.asarray(self.y)
@@ -134,6 +150,7 @@ class LabelledSet:
         object.__setattr__(self, "c", c)
         object.__setattr__(self, "nbr", nbr)
         object.__setattr__(self, "dist", _check_dist(self.dist, nbr.shape, "LabelledSet.dist"))
+        object.__setattr__(self, "nbr_c", _check_matrix(self.nbr_c, nbr.shape, "LabelledSet.nbr_c"))
 
     @property
     def m(self) -> int:
@@ -160,6 +177,8 @@ class Neighbourhood:
         methods use it as the maximum.
     self_index : for the labelled claims themselves (:meth:`loo`), each row's own position in
         ``cal``, so that methods pooling over all of L (``global``) can leave it out.
+    nbr_c : (n, K) the neighbours' scores as seen from each claim, or None for ``cal.c[nbr]``
+        (see :class:`LabelledSet`; :meth:`loo` passes L's).
     """
 
     c: FloatArray
@@ -168,6 +187,7 @@ class Neighbourhood:
     dist: FloatArray | None = None
     k: int | None = None
     self_index: IntArray | None = None
+    nbr_c: FloatArray | None = None
 
     def __post_init__(self) -> None:
         c = np.asarray(self.c, dtype=float)
@@ -183,13 +203,15 @@ class Neighbourhood:
         object.__setattr__(self, "nbr", nbr)
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "dist", _check_dist(self.dist, nbr.shape, "Neighbourhood.dist"))
+        object.__setattr__(self, "nbr_c", _check_matrix(self.nbr_c, nbr.shape, "Neighbourhood.nbr_c"))
         if self.self_index is not None:
             object.__setattr__(self, "self_index", np.asarray(self.self_index, dtype=np.int_))
 
     @classmethod
     def loo(cls, cal: LabelledSet, k: int | None = None) -> Neighbourhood:
         """The labelled claims as claims to correct, each with its leave-one-out neighbours."""
-        return cls(c=cal.c, nbr=cal.nbr, cal=cal, dist=cal.dist, k=k, self_index=np.arange(cal.m))
+        return cls(c=cal.c, nbr=cal.nbr, cal=cal, dist=cal.dist, k=k, self_index=np.arange(cal.m),
+                   nbr_c=cal.nbr_c)
 
     def with_k(self, k: int) -> Neighbourhood:
         """The same neighbourhood using the first ``k`` neighbours."""
@@ -209,8 +231,8 @@ class Neighbourhood:
         return self.cal.y[self.idx()]
 
     def c_nbr(self) -> FloatArray:
-        """(n, k) neighbour scores."""
-        return self.cal.c[self.idx()]
+        """(n, k) neighbour scores (as seen from each claim when ``nbr_c`` is given)."""
+        return self.cal.c[self.idx()] if self.nbr_c is None else self.nbr_c[:, : self.k]
 
     def residuals(self) -> FloatArray:
         """(n, k) neighbour residuals ``Y_j - c_j``."""

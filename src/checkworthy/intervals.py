@@ -313,7 +313,9 @@ def _split_reference(nb: Neighbourhood, ref_fraction: float, seed: int):
     pos = np.full(cal.m, -1)
     pos[ref] = np.arange(len(ref))
 
-    def restrict(nbr: NDArray[np.int_], dist: FloatArray | None):
+    def restrict(rows: NDArray[np.int_] | None, nbr: NDArray[np.int_], *per_neighbour: FloatArray | None):
+        """Each row's first k reference neighbours, and the same columns of ``per_neighbour``
+        matrices (distances, cross-fitted scores) taken from the rows ``rows`` of L."""
         mapped = pos[nbr]
         keep = mapped >= 0
         short = int((keep.sum(axis=1) < k).sum())
@@ -323,16 +325,16 @@ def _split_reference(nb: Neighbourhood, ref_fraction: float, seed: int):
                 f"{nbr.shape[1]} listed; pass longer neighbour lists (about {int(4 * k / ref_fraction)})"
             )
         order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
-        out_d = None if dist is None else np.take_along_axis(dist, order, axis=1)
-        return np.take_along_axis(mapped, order, axis=1), out_d
+        cols = [None if a is None else np.take_along_axis(a if rows is None else a[rows], order, axis=1)
+                for a in per_neighbour]
+        return np.take_along_axis(mapped, order, axis=1), *cols
 
-    cal_dist = None if cal.dist is None else cal.dist[ref]
-    r_nbr, r_dist = restrict(cal.nbr[ref], cal_dist)
-    cal_ref = LabelledSet(y=cal.y[ref], c=cal.c[ref], nbr=r_nbr, dist=r_dist)
-    q_nbr, q_dist = restrict(nb.nbr, nb.dist)
-    query = Neighbourhood(c=nb.c, nbr=q_nbr, cal=cal_ref, dist=q_dist, k=k)
-    c_nbr, c_dist = restrict(cal.nbr[rest], None if cal.dist is None else cal.dist[rest])
-    calib = Neighbourhood(c=cal.c[rest], nbr=c_nbr, cal=cal_ref, dist=c_dist, k=k)
+    r_nbr, r_dist, r_c = restrict(ref, cal.nbr[ref], cal.dist, cal.nbr_c)
+    cal_ref = LabelledSet(y=cal.y[ref], c=cal.c[ref], nbr=r_nbr, dist=r_dist, nbr_c=r_c)
+    q_nbr, q_dist, q_c = restrict(None, nb.nbr, nb.dist, nb.nbr_c)
+    query = Neighbourhood(c=nb.c, nbr=q_nbr, cal=cal_ref, dist=q_dist, k=k, nbr_c=q_c)
+    c_nbr, c_dist, c_c = restrict(rest, cal.nbr[rest], cal.dist, cal.nbr_c)
+    calib = Neighbourhood(c=cal.c[rest], nbr=c_nbr, cal=cal_ref, dist=c_dist, k=k, nbr_c=c_c)
     return query, calib, cal.y[rest]
 
 

@@ -177,8 +177,10 @@ def histograms(
         return to_png(fig)
 
 
-#: marker per interval family in the coverage-versus-width figure
-FAMILY_MARKERS = {"interval": "o", "interval-cv": "s", "sets": "^"}
+#: marker and legend entry per interval family in the coverage-versus-width figure
+FAMILY_MARKERS = {"interval": ("o", "around NN-PPI"), "interval-cv": ("s", "around the CV choice"),
+                  "interval-head": ("D", "around the head's CV choice"),
+                  "sets": ("^", "conformal sets (size − 1)")}
 
 
 def coverage_vs_width(
@@ -208,8 +210,8 @@ def coverage_vs_width(
                 continue
             label = method if method not in seen else None
             seen.add(method)
-            ax.scatter([width], [cov], s=28, marker=FAMILY_MARKERS.get(family, "x"), color=colour[method],
-                       alpha=0.85, label=label)
+            ax.scatter([width], [cov], s=28, marker=FAMILY_MARKERS.get(family, ("x",))[0],
+                       color=colour[method], alpha=0.85, label=label)
             if k is not None:
                 ax.annotate(str(k), (width, cov), textcoords="offset points", xytext=(3, 3), fontsize=6)
         ax.set_xlabel("mean width within [0, 1] (number: k)")
@@ -217,11 +219,10 @@ def coverage_vs_width(
         ax.set_ylim(min(0.0, *(p[4] for p in points if p[4] == p[4])) - 0.02 if points else 0, 1.02)
         ax.set_title(_title(title), fontsize=9)
         handles, labels = ax.get_legend_handles_labels()
-        for family, marker in FAMILY_MARKERS.items():
+        for family, (marker, legend) in FAMILY_MARKERS.items():
             if any(p[0] == family for p in points):
                 handles.append(ax.scatter([], [], marker=marker, color="#555555"))
-                labels.append({"interval": "around NN-PPI", "interval-cv": "around the CV choice",
-                               "sets": "conformal sets (size − 1)"}[family])
+                labels.append(legend)
         ax.legend(handles, labels, fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
         fig.tight_layout()
         return to_png(fig)

@@ -902,16 +902,11 @@ COVERAGE_TARGETS = (0.94, 0.92)
 DECISION_COLUMNS = (("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"),
                     ("predicted_positive_rate", "all"), ("brier", "all"), ("cv_weighted_f1", "all"),
                     ("threshold", "all"))
-FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choice", "sets": "conformal set",
+FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choice",
+                 "interval-head": "around the head's CV choice", "sets": "conformal set",
                  "correction": "correction", "cv": "CV choice", "calibrator": "calibrator",
                  "cv-prior": "CV choice, pool prior", "calibrator-prior": "calibrator, pool prior",
                  "head": "embedding head", "head-cv": "embedding head, CV choice"}
-
-
-def _comparison_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
-    """(family, method, k) present in ``idx``, families in the given order, then method and k."""
-    return sorted({(f, m, k) for f, m, k, *_ in idx if f in families},
-                  key=lambda x: (list(families).index(x[0]), x[1], x[2] or 0))
 
 
 def _comparison_section(doc: Document, conn: Connection, groups: Sequence[_Group],
@@ -953,7 +948,7 @@ def _comparison_section(doc: Document, conn: Connection, groups: Sequence[_Group
             idx = {(x["family"], x["method"], x["k"], x["metric"], x["class"]): x["value"]
                    for x in by_run[r["id"]]}
             met = comparison.targets_met(by_run[r["id"]], overall=lo, per_class=cls_lo)
-            for f, m, k in _comparison_keys(idx, ("interval", "interval-cv", "sets")):
+            for f, m, k in comparison.method_keys(idx, comparison.INTERVAL_FAMILIES):
                 cov = [idx.get((f, m, k, "coverage", c)) for c in ("all", "0", "1")]
                 width, width01, size = (idx.get((f, m, k, x, "all"))
                                         for x in ("mean_width", "mean_width_01", "mean_set_size"))
@@ -965,8 +960,7 @@ def _comparison_section(doc: Document, conn: Connection, groups: Sequence[_Group
                 if not _missing(x) and not _missing(cov[0]):
                     points.append((f, m, k, float(x), float(cov[0])))
                 csv_rows.append([r["k"], f, m, k, *cov, width01, size])
-            for f, m, k in _comparison_keys(idx, ("correction", "cv", "cv-prior", "calibrator",
-                                                  "calibrator-prior", "head", "head-cv")):
+            for f, m, k in comparison.method_keys(idx, comparison.DECISION_FAMILIES):
                 vals = [idx.get((f, m, k, metric, c)) for metric, c in DECISION_COLUMNS]
                 dec_rows.append([str(r["k"]), FAMILY_TITLES[f], code(m), "—" if k is None else str(k),
                                  *[_f(x) for x in vals]])
