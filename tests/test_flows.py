@@ -8,37 +8,24 @@ git repository (the project's own data.dvc and dvcstore are never touched).
 from __future__ import annotations
 
 import csv
-import hashlib
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from sqlalchemy import text
 
 from checkworthy import labels, store
-from checkworthy.calibrate import load_results
 from checkworthy.datasets import load_clef, normalise_text
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.registry import prompt_info
 from tests.conftest import ROOT, raw_path
-from tests.test_recalibrate import assert_equals_full, truly_affected
+from tests.scratch_project import make_scratch_project, text_score
+from tests.test_recalibrate import assert_incremental_equals_full
 
 sys.path.insert(0, str(ROOT))
 SEED = 3003  # a lineage of its own: clef2024:calibration:seed=3003
-
-
-def text_score(t: str) -> float:
-    """A weak model's score: numbers look check-worthy, plus text-hash noise (one score per text)."""
-    u = int(hashlib.sha256(t.encode()).hexdigest()[:8], 16) / 2**32
-    return round(float(np.clip(0.25 + 0.35 * any(ch.isdigit() for ch in t) + 0.4 * u, 0, 1)), 4)
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")
@@ -59,37 +46,7 @@ def flows(harness):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, db_url):
     """Imported scores for every CLEF text, a params file, and a scratch git + DVC repository."""
-    tmp = tmp_path_factory.mktemp("flows")
-    texts: dict[str, str] = {}
-    for split, name in (("train", "CT24_checkworthy_english_train.tsv"),
-                        ("dev", "CT24_checkworthy_english_dev.tsv"),
-                        ("dev-test", "CT24_checkworthy_english_dev-test.tsv")):
-        for c in load_clef(raw_path("clef2024", name), split)[0]:
-            texts.setdefault(c.text, f"{split}:{c.source_id}")
-    scores = tmp / "scores.csv"
-    with open(scores, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "text", "score"])
-        w.writerows([i, t, text_score(t)] for t, i in texts.items())
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params.update(seed=SEED, datasets=["clef2024"], k=[3, 5], models=[{"spec": f"file:{scores}"}],
-                  sampling={"clef2024": {"n_per_class": 40}}, scoring={"chunk_size": 1000},
-                  validation={"min_rows": 20, "max_rows": 100_000, "positive_rate": [0.2, 0.8]})
-    params_path = tmp / "params.yaml"
-    params_path.write_text(yaml.safe_dump(params))
-    repo = tmp / "repo"
-    (repo / "data" / "labels").mkdir(parents=True)
-    (repo / "data" / "labels" / "README.md").write_text("label updates\n")
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "t@example.org")
-    git(repo, "config", "user.name", "t")
-    labels.dvc_in(repo, "init", "-q")
-    labels.dvc_in(repo, "config", "core.analytics", "false")
-    labels.dvc_in(repo, "remote", "add", "-d", "local", str(tmp / "dvcstore"))
-    labels.dvc_in(repo, "add", "-q", "data")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "data v1")
-    return {"tmp": tmp, "params": str(params_path), "repo": repo, "db_url": db_url, "scores": scores}
+    return make_scratch_project(tmp_path_factory.mktemp("flows"), db_url, SEED)
 
 
 @pytest.fixture(scope="module")
@@ -181,30 +138,17 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
     parents = {r["k"]: r["run_id"] for r in first_run["runs"]}
     recal = flows.recalibrate_flow([lineage()], db, str(repo), setup["params"])
     assert recal["skipped"] == [] and len(recal["runs"]) == 2
+    with engine.connect() as conn:
+        claim_ids = labels.target_claim_ids(conn, lineage())["clef2024:test"]
+        flipped = set(conn.execute(
+            text("SELECT id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
+            {"s": [f.source_id for f in flips]}).scalars())
     for r in recal["runs"]:
         assert r["mode"] == "incremental"
         assert r["changes"] == {"added": len(new), "removed": 0, "changed": len(flips)}
         with engine.connect() as conn:
-            run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"),
-                               {"i": r["run_id"]}).mappings().one()
-            old_res = {x["claim_id"]: x for x in load_results(conn, parents[run["k"]])}
-            claim_ids = labels.target_claim_ids(conn, lineage())["clef2024:test"]
-        assert run["parent_run_id"] == parents[run["k"]] and run["label_set_id"] == head1
-        from checkworthy.calibrate import RunSpec
-
-        spec = RunSpec(run["target"], tuple(claim_ids), head1,
-                       store.ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"],
-                                      run["score_kind"]),
-                       run["k"], run["alpha"], run["threshold"], run["interval_method"])
-        new_res = assert_equals_full(engine, spec, r["run_id"])
-        with engine.connect() as conn:
-            flipped = set(conn.execute(
-                text("SELECT id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
-                {"s": [f.source_id for f in flips]}).scalars())
-            recomputed = set(conn.execute(text("SELECT claim_id FROM calibrated_results WHERE run_id = :r "
-                                               "AND computed_in_run IS NULL"), {"r": r["run_id"]}).scalars())
-        assert recomputed == truly_affected(old_res, new_res, flipped)
-        assert 0 < len(recomputed) < len(new_res)
+            k = conn.execute(text("SELECT k FROM calibration_runs WHERE id = :i"), {"i": r["run_id"]}).scalar_one()
+        assert_incremental_equals_full(engine, r["run_id"], parents[k], head1, claim_ids, flipped)
 
 
 def _event_stored(event_id: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,30 +11,12 @@ from sqlalchemy import text
 from checkworthy import labels, store
 from checkworthy.errors import DataError
 from checkworthy.validation import Bounds
+from tests.scratch_project import make_dvc_repo
 from tests.test_recalibrate import build_world
 
 BOUNDS = Bounds(min_rows=20)
 
 
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-
-
-def make_dvc_repo(root: Path) -> Path:
-    """A scratch git + DVC project with data/ tracked and a local-directory remote (never the project's)."""
-    repo = root / "repo"
-    (repo / "data" / "labels").mkdir(parents=True)
-    (repo / "data" / "labels" / "README.md").write_text("label updates\n")
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "t@example.org")
-    git(repo, "config", "user.name", "t")
-    labels.dvc_in(repo, "init", "-q")
-    labels.dvc_in(repo, "config", "core.analytics", "false")
-    labels.dvc_in(repo, "remote", "add", "-d", "local", str(root / "dvcstore"))
-    labels.dvc_in(repo, "add", "-q", "data")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "data v1")
-    return repo
 
 
 def write_csv(path: Path, rows: list[list], header=("id", "dataset", "label", "source")) -> Path:

@@ -18,7 +18,7 @@ from checkworthy import labels, store
 from checkworthy.calibrate import RunSpec, compute, load_results, run_calibration, run_key
 from checkworthy.datasets import Claim, load_clef, normalise_text
 from checkworthy.embeddings import ensure_embeddings
-from checkworthy.recalibrate import fast_run_key, find_parent, recalibrate
+from checkworthy.recalibrate import fast_run_key, find_parent, recalibrate, spec_from_run
 from checkworthy.scorers.base import OK, Score
 from tests.conftest import raw_path
 
@@ -119,6 +119,25 @@ def truly_affected(old: dict, new: dict, changed: set[int]) -> set[int]:
     """Claims whose neighbour list differs, or whose (same) neighbours include a relabelled claim."""
     return {c for c in new if c not in old or list(old[c]["neighbor_ids"]) != list(new[c]["neighbor_ids"])
             or set(new[c]["neighbor_ids"]) & changed}
+
+
+def assert_incremental_equals_full(engine, run_id: int, parent_id: int, label_set_id: int,
+                                   targets, flipped: set[int]) -> tuple[int, int]:
+    """A stored incremental run: complete, on ``label_set_id``, child of ``parent_id``; row for row a
+    full recomputation; and it recomputed exactly the claims the change affects (the rest copied).
+    Returns (claims recomputed, claims in the run)."""
+    with engine.connect() as conn:
+        run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
+        old_res = {x["claim_id"]: x for x in load_results(conn, parent_id)}
+    assert (run["mode"], run["status"], run["parent_run_id"], run["label_set_id"]) == (
+        "incremental", "complete", parent_id, label_set_id)
+    new_res = assert_equals_full(engine, spec_from_run(run, label_set_id, targets), run_id)
+    with engine.connect() as conn:
+        recomputed = set(conn.execute(text("SELECT claim_id FROM calibrated_results WHERE run_id = :r "
+                                           "AND computed_in_run IS NULL"), {"r": run_id}).scalars())
+    assert recomputed == truly_affected(old_res, new_res, flipped)
+    assert 0 < len(recomputed) < len(new_res)
+    return len(recomputed), len(new_res)
 
 
 def newest_set(conn, w: World) -> int:

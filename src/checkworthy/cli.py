@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from checkworthy.config import REPORTS_DIR, load_params, quiet_offline_env
+from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
 from checkworthy.errors import DataError
 
 
@@ -49,11 +49,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _flows():
-    """The Prefect flows module (``flows/pipeline.py`` in the project root)."""
-    from checkworthy.config import ROOT
+    """The Prefect flows module (``flows/pipeline.py`` beside this code, even when CHECKWORTHY_ROOT
+    puts the data elsewhere)."""
+    from checkworthy.config import CODE_ROOT
 
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+    if str(CODE_ROOT) not in sys.path:
+        sys.path.insert(0, str(CODE_ROOT))
     import flows.pipeline
 
     return flows.pipeline
@@ -88,12 +89,14 @@ def cmd_labels(args: argparse.Namespace) -> int:
         if u["status"] == "rejected":
             with _engine().connect() as conn:
                 for r in conn.execute(text(
-                        "SELECT check_name, unexpected_rows, observed FROM validation_results "
+                        "SELECT check_name, column_name, unexpected_rows, observed FROM validation_results "
                         "WHERE validation_run_id = ANY(:v) AND NOT success ORDER BY check_name"),
                         {"v": u["validation_run_ids"]}):
                     where = ", ".join(f"line {x['line']}" if x.get("line") else f"claim {x['claim_id']}"
                                       for x in r.unexpected_rows[:10])
-                    print(f"  failed {r.check_name}: {where or f'observed {r.observed}'}")
+                    # name the field when the check is on a column of the file (not a derived one)
+                    field = f" (field {r.column_name!r})" if r.column_name in ("label", "text") else ""
+                    print(f"  failed {r.check_name}{field}: {where or f'observed {r.observed}'}")
     recal = out.get("recalibration")
     if recal:
         for r in recal["runs"]:
@@ -256,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="the main job: score, embed, calibrate, report")
-    r.add_argument("--params", default=str(Path("params.yaml")))
+    r.add_argument("--params", default=str(PARAMS_FILE), help="params file (default: $CHECKWORTHY_PARAMS, "
+                   "else params.yaml of the project)")
     r.add_argument("--name", help="report name (default: run-<timestamp>)")
     r.add_argument("--reports-dir", default=str(REPORTS_DIR))
     r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
@@ -289,7 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "mondrian-local, conformal-split, mondrian-split")
     c.add_argument("--correction", default="paper",
                    help="point correction: paper (NN-PPI), raw, knn, clipped, weighted, adaptive-k, ppi++, "
-                        "shrink, global, or cv (chosen by cross-validation on the labelled file)")
+                        "shrink, global, or cv (chosen by cross-validation on the labelled file); a score "
+                        "calibrator fitted on the labelled file: platt, platt-score, isotonic, temperature; "
+                        "or the embedding head (logistic regression on MiniLM vector + score): head, "
+                        "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation)")
     c.set_defaults(func=cmd_calibrate)
 
     cmp_ = sub.add_parser("compare", help="every interval, correction and calibrator on stored runs")

@@ -8,7 +8,10 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(os.environ.get("CHECKWORTHY_ROOT", Path(__file__).resolve().parents[2]))
+#: the code's own checkout: flows/, migrations/ and alembic.ini are found here, wherever the data is
+CODE_ROOT = Path(__file__).resolve().parents[2]
+#: the project the data lives in (data/, data.dvc, reports/, var/): CHECKWORTHY_ROOT, else the checkout
+ROOT = Path(os.environ.get("CHECKWORTHY_ROOT", CODE_ROOT))
 DATA_DIR = ROOT / "data"
 VAR_DIR = Path(os.environ.get("CHECKWORTHY_VAR", ROOT / "var"))
 REPORTS_DIR = ROOT / "reports"

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from checkworthy.config import ROOT, VAR_DIR
+from checkworthy.config import CODE_ROOT, VAR_DIR
 
 DB_NAME = "checkworthy"
 
@@ -61,8 +61,8 @@ def migrate(url: str) -> None:
     from alembic import command
     from alembic.config import Config
 
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg = Config(str(CODE_ROOT / "alembic.ini"))  # the code's migrations, wherever the data is
+    cfg.set_main_option("script_location", str(CODE_ROOT / "migrations"))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     command.upgrade(cfg, "head")
 

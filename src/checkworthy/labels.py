@@ -37,7 +37,7 @@ from checkworthy import store
 from checkworthy.config import ROOT
 from checkworthy.errors import DataError
 from checkworthy.tabular import read_rows, require_filled
-from checkworthy.versioning import dvc_env
+from checkworthy.versioning import dvc_env, git_rev
 
 REQUIRED = ("id", "dataset", "label")
 OPTIONAL = ("source", "text")
@@ -95,18 +95,6 @@ def dvc_in(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, *args], cwd=repo, env=dvc_env(), check=True, capture_output=True, text=True)
 
 
-def git_rev_of(repo: Path) -> str:
-    """``<sha>`` or ``<sha>-dirty`` of ``repo`` (empty when it is not a git checkout)."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return f"{sha}-dirty" if dirty else sha
-
-
 def data_hash(repo: Path) -> str:
     """The md5 ``data.dvc`` records for ``data/``."""
     import yaml
@@ -128,7 +116,7 @@ def version_data(repo: Path = ROOT, push: bool = True, remote: str | None = None
 
 def record_data_version(conn: Connection, repo: Path = ROOT) -> int:
     """Store (once) the data version of ``repo`` (hash in data.dvc + git revision); return its id."""
-    params = {"h": data_hash(repo), "g": git_rev_of(repo)}
+    params = {"h": data_hash(repo), "g": git_rev(repo)}
     conn.execute(
         text("INSERT INTO data_versions (dvc_hash, git_rev) VALUES (:h, :g) ON CONFLICT DO NOTHING"), params
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import Connection, text
 
-from checkworthy.config import DATA_DIR, ROOT
+from checkworthy.config import CODE_ROOT, DATA_DIR, ROOT
 
 
 def dvc_env() -> dict[str, str]:
@@ -42,26 +42,28 @@ def dvc_data_hash(dvc_file: Path = ROOT / "data.dvc") -> str:
         return yaml.safe_load(fh)["outs"][0]["md5"]
 
 
-def git_rev() -> str:
-    """The code revision (``<sha>`` or ``<sha>-dirty``).
+def git_rev(repo: Path = CODE_ROOT) -> str:
+    """The revision of a git checkout (``<sha>`` or ``<sha>-dirty``), by default the code's own.
 
-    Outside a git checkout (a container image) it is ``$CHECKWORTHY_CODE_REV``, set at build time.
+    Outside a git checkout (a container image) it is ``$CHECKWORTHY_CODE_REV``, set at build time
+    (empty if unset).
     """
     if os.environ.get("CHECKWORTHY_CODE_REV"):
         return os.environ["CHECKWORTHY_CODE_REV"]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("CHECKWORTHY_CODE_REV", "")
+        return ""
     return f"{sha}-dirty" if dirty else sha
 
 
 def record_data_version(conn: Connection) -> int:
-    """Store (once) the current data version with the git revision; return its id."""
-    params = {"h": dvc_data_hash(), "g": git_rev()}
+    """Store (once) the current data version with the git revision of the project that holds
+    ``data.dvc`` (the code's checkout unless CHECKWORTHY_ROOT points elsewhere); return its id."""
+    params = {"h": dvc_data_hash(), "g": git_rev(ROOT)}
     conn.execute(
         text("INSERT INTO data_versions (dvc_hash, git_rev) VALUES (:h, :g) ON CONFLICT DO NOTHING"),
         params,
