@@ -943,6 +943,13 @@ def _comparison_section(doc: Document, conn: Connection, groups: Sequence[_Group
                                f"L leave-one-out weighted F1 {_f(cv['cv_weighted_f1'])}")
         if choices:
             doc.add(Para("Cross-validated choice — " + "; ".join(choices) + "."))
+        head = next((info[r["id"]]["head"] for r in runs if info.get(r["id"], {}).get("head")), None)
+        if head:  # fitted on L alone, so the same for every k of the group
+            cv = head["cv_choice"]
+            doc.add(Para(f"Embedding head (C = {head['C']:g}, chosen by 5-fold log loss on L): the "
+                         f"cross-validated correction on its probability is {code(cv['label'])} at "
+                         f"k={cv['k']}, L leave-one-out weighted F1 {_f(cv['cv_weighted_f1'])} "
+                         "(neighbours' scores cross-fitted pairwise)."))
         trows, points, csv_rows, dec_rows = [], [], [], []
         for r in runs:
             idx = {(x["family"], x["method"], x["k"], x["metric"], x["class"]): x["value"]
