@@ -10,12 +10,17 @@ brought up to date twice, through the real code paths:
 - full: ``checkworthy.calibrate.run_calibration`` (SQL kNN over every target x every labelled claim).
 
 Both end as complete stored runs; the bench checks they are identical row for row and prints both
-wall times and their ratio. Run: ``.venv/bin/python bench/bench_recalibration.py [--targets N]``
-(about 8 minutes at the default size on 2 cores: the parent and the full run dominate).
+wall times and their ratio, the incremental run's steps and the load average. Run:
+``.venv/bin/python bench/bench_recalibration.py [--targets N]`` (about 3 minutes at the default
+size on 2 cores: the parent and the full run dominate).
 
-Result on 2026-11-22 (2 cores shared with two other jobs, load ~4): 18,986 claims recomputed,
-81,014 copied; incremental 7.75 s (plan 4.55, compute 0.21, store 2.94), full 142.1 s: 18.3x,
-0 rows differ. Earlier runs under heavier load: 14.5x (13.0 s vs 189.0 s).
+Result on 2026-11-23 (2 cores, nothing else running, load ~1.1 with the bench itself): 18,986
+claims recomputed, 81,014 copied; incremental 2.44 s (pools 0.09, plan 1.60, compute 0.06, store
+0.67), full 71.5 s: 29.3x, 0 rows differ. With one other busy process on the cores (load ~2.2):
+incremental 3.22 s (pools 0.11, plan 2.52, compute 0.11, store 0.44), full 82.3 s: 25.6x, 0 rows
+differ. The incremental run keeps both cores busy (it reads the parent while worker threads fetch
+exact distances and copy the unaffected rows), so shared cores slow it more than the full run,
+which is mostly one backend. Before (2026-11-22, load ~4): 7.75 s against 142.1 s, 18.3x.
 """
 
 from __future__ import annotations
@@ -95,20 +100,23 @@ def identical(engine, a: int, b: int) -> int:
 
 
 def _time_steps() -> dict[str, float]:
-    """Time the three steps of an incremental run (plan: parent rows, target vectors, exact
-    distances; compute: merge + NN-PPI; store: copy of the unaffected rows + COPY of the rest)."""
+    """Time the steps of an incremental run: pools (how the labelled pool changed); plan (the
+    parent's rows and the targets' vectors, prefilter, while worker threads fetch the candidates'
+    exact distances and copy the unaffected rows found so far); compute (merge + NN-PPI); store
+    (waiting for those copies, the rest of the unaffected rows, COPY of the recomputed ones)."""
     from checkworthy import recalibrate as rc
 
     split: dict[str, float] = {}
-    for name in ("plan", "compute_incremental", "_store"):
+    for name, label in (("pool_changes", "pools"), ("plan", "plan"), ("compute_incremental", "compute"),
+                        ("_store", "store")):
         fn = getattr(rc, name)
 
-        def timed(*a, _fn=fn, _name=name, **kw):
+        def timed(*a, _fn=fn, _label=label, **kw):
             t0 = time.perf_counter()
             try:
                 return _fn(*a, **kw)
             finally:
-                split[_name.strip("_").replace("_incremental", "")] = time.perf_counter() - t0
+                split[_label] = time.perf_counter() - t0
 
         setattr(rc, name, timed)
     return split
@@ -146,11 +154,12 @@ def main() -> None:
     print(f"incremental: {t_inc:.2f} s ({inc.n_recomputed:,} claims recomputed, {inc.n_copied:,} copied, "
           f"changes {inc.changes})")
     print("  of which " + ", ".join(f"{name} {sec:.2f} s" for name, sec in split.items()))
+    print("  load average (1, 5, 15 min): " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
     t0 = time.perf_counter()
     full = run_calibration(engine, spec("bench:full", d["ls1"]))
     t_full = time.perf_counter() - t0
-    print(f"full:        {t_full:.2f} s")
+    print(f"full:        {t_full:.2f} s (load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + ")")
 
     diff = identical(engine, inc.run_id, full)
     print(f"rows differing between incremental and full: {diff}")

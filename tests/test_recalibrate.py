@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy import labels, store
+from checkworthy import recalibrate as recalibrate_module
 from checkworthy.calibrate import RunSpec, compute, load_results, run_calibration, run_key
 from checkworthy.datasets import Claim, load_clef, normalise_text
 from checkworthy.embeddings import ensure_embeddings
@@ -232,4 +233,30 @@ def test_equal_to_full_for_other_k(engine, world, k):
     s = spec(w, head_id, k=k)
     out = recalibrate(engine, s, parent_run_id=parent)
     assert out.mode in ("incremental", "reused")
+    assert_equals_full(engine, s, out.run_id)
+
+
+def test_plan_hands_over_the_unaffected_claims_block_by_block(engine, world, monkeypatch):
+    """Read in small blocks, the plan hands over (for copying while it reads on) exactly the claims
+    it would otherwise keep, checks the same candidates on a second connection while it reads,
+    recomputes the same claims, and the run still equals a full one."""
+    w = world
+    monkeypatch.setattr(recalibrate_module, "PARENT_BLOCK", 37)
+    parent = run_calibration(engine, spec(w, w.ls0, k=4))
+    with engine.connect() as conn, engine.connect() as other:
+        s = spec(w, newest_set(conn, w), k=4)
+        whole = recalibrate_module.plan(conn, s, parent)
+        handed: list[np.ndarray] = []
+        blockwise = recalibrate_module.plan(conn, s, parent, on_kept=handed.append, check_conn=other)
+    assert len(handed) > 1 and whole.n_copied_early == 0 and len(whole.entering) > 0
+
+    def entering(p):
+        return sorted(p.entering.itertuples(index=False, name=None))
+
+    assert entering(blockwise) == entering(whole)
+    assert blockwise.recomputed == whole.recomputed and blockwise.merge == whole.merge
+    assert sorted(np.concatenate(handed).tolist() + blockwise.keep) == whole.keep
+    assert blockwise.n_copied == whole.n_copied == len(whole.keep)
+    out = recalibrate(engine, s, parent_run_id=parent)
+    assert out.mode == "incremental" and out.n_copied == whole.n_copied
     assert_equals_full(engine, s, out.run_id)

@@ -7,7 +7,7 @@ same label-set lineage), the labelled pool changed by
 
 - ``added``:   claims now eligible as neighbours that P could not see;
 - ``removed``: claims P could see that are no longer eligible;
-- ``changed``: claims in both whose label (or score) differs.
+- ``changed``: claims in both whose label differs (a stored score never changes).
 
 Then, exactly:
 
@@ -26,6 +26,14 @@ same inputs (so a later full run reuses it), ``mode = 'incremental'``, ``parent_
 copied rows keep the id of the run that computed them in ``computed_in_run``. Distances come
 from the same pgvector expression as the full kNN, so the result equals a full recomputation.
 
+Speed (figures in ``bench/bench_recalibration.py``): P's rows and the targets' vectors arrive in
+one binary COPY that numpy reads block by block. A block's certainly unaffected rows are copied
+(``INSERT ... SELECT`` from P) at once by a worker thread on the store's connection, in the run's
+one transaction, so the server inserts (the largest cost: two foreign-key checks and two index
+entries per row) while the client reads and filters the next blocks; another worker fetches the
+block's candidates' exact distances on a third connection. The recomputed rows go in by one
+binary COPY built by numpy.
+
 To be safe when P's pool is not known exactly (a score or embedding stored while P ran), the
 sets are over-approximated: a claim counts as added unless its score and embedding predate P,
 and as removed if it is eligible now under P's label set but not under the new one. Treating an
@@ -35,13 +43,17 @@ old neighbour as added, or a non-neighbour as removed, costs work, never correct
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine, text
+from threadpoolctl import threadpool_limits
 
 from checkworthy import calibration
 from checkworthy.calibrate import RunContext, RunSpec, find_complete_run, run_calibration
@@ -52,15 +64,20 @@ from checkworthy.store import ScoreKey, claim_scores, current_labels, sha256_tex
 #: above this share of added claims in the new pool a full run is cheaper
 MAX_ADDED_SHARE = 0.5
 
-POOL_SQL = text(
+#: the eligible labelled claims of the new and of the parent's label set in one statement: each
+#: claim's score and embedding are looked up once (``since``: when it became usable as a neighbour)
+POOLS_SQL = text(
     """
-SELECT i.claim_id, i.label, p.score, greatest(p.created_at, e.created_at) AS since
-FROM label_set_items i
+WITH items AS (
+    SELECT claim_id, max(label) FILTER (WHERE label_set_id = :new) AS new_label,
+           max(label) FILTER (WHERE label_set_id = :old) AS old_label
+    FROM label_set_items WHERE label_set_id IN (:new, :old) GROUP BY claim_id)
+SELECT i.claim_id, i.new_label, i.old_label, p.score, greatest(p.created_at, e.created_at) AS since
+FROM items i
 JOIN claims c ON c.id = i.claim_id
 JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
 JOIN predictions p ON p.text_hash = c.text_hash AND p.model_id = :m AND p.prompt_version = :pv
      AND p.params_hash = :ph AND p.score_kind = :sk AND p.score IS NOT NULL
-WHERE i.label_set_id = :ls
 """
 )
 
@@ -72,6 +89,9 @@ TO STDOUT (FORMAT BINARY)"""
 PARENT_VECTORS_COPY = """COPY (SELECT r.claim_id, r.score, {neighbours}, e.embedding FROM calibrated_results r
     JOIN claims c ON c.id = r.claim_id JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = %s
     WHERE r.run_id = %s) TO STDOUT (FORMAT BINARY)"""
+#: the parent's rows are examined in blocks of this many, as the COPY delivers them, so that the
+#: unaffected rows of a block are being copied while the next blocks arrive
+PARENT_BLOCK = 16_384
 #: concatenated ``vector_send`` images of a few claims (the labelled pool, never the targets)
 VECTORS_SQL = """
 SELECT string_agg(int8send(c.id) || vector_send(e.embedding), ''::bytea)
@@ -80,9 +100,40 @@ WHERE c.id = ANY(%s)"""
 #: slack of the vector prefilter, in cosine distance: pgvector sums 384 float32 products, so its
 #: distance may be off by up to ~7e-5 from the exact one; numpy's float32 product by ~1e-6
 PREFILTER_MARGIN = 1e-3
+#: server settings while the parent's rows and vectors are read (restored afterwards): hash
+#: tables in memory, and no parallel workers, which would ship every 1.5 kB vector through shared
+#: memory and compete for the CPUs with the copy running alongside
+PARENT_READ_SETTINGS = {"work_mem": "64MB", "max_parallel_workers_per_gather": "0"}
+#: a parent with at least this share of the embeddings' rows is read by hash joins over sequential
+#: scans, whatever the statistics say: right after a large parent run ``calibrated_results`` may not
+#: be analysed yet, and the planner would probe the embeddings index once per target (3x slower)
+HASH_JOIN_SHARE = 0.1
+#: the candidate pairs are sorted with their vectors: in memory, not in a temporary file
+EXACT_SETTINGS = {"work_mem": "64MB"}
+#: the exact distance of each (target, added claim) pair that passed the prefilter, by pgvector
+EXACT_SQL = text(
+    """WITH av AS MATERIALIZED (
+           SELECT c.id, e.embedding FROM claims c
+           JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
+           WHERE c.id = ANY(CAST(:added AS bigint[])))
+       SELECT u.i, av.embedding <=> et.embedding
+       FROM unnest(CAST(:t AS bigint[]), CAST(:a AS bigint[])) WITH ORDINALITY AS u(t, a, i)
+       JOIN av ON av.id = u.a
+       JOIN claims ct ON ct.id = u.t
+       JOIN embeddings et ON et.text_hash = ct.text_hash AND et.model = :em"""
+)
 
 COLUMNS = ("run_id", "claim_id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean",
            "neighbor_ids", "neighbor_distances")
+#: copy some of the parent's rows unchanged into the new run (``computed_in_run``: who computed
+#: them); ``run_id = p AND claim_id = ANY(...)`` is one ordered walk of the primary key over just
+#: those rows, whatever the statistics (a join on ``unnest`` may hash the whole parent per call)
+COPY_KEPT_SQL = text(
+    f"""INSERT INTO calibrated_results ({', '.join(COLUMNS)}, computed_in_run)
+        SELECT :new, r.claim_id, r.score, r.theta, r.ci_low, r.ci_high, r.decision, r.knn_mean,
+               r.neighbor_ids, r.neighbor_distances, coalesce(r.computed_in_run, r.run_id)
+        FROM calibrated_results r WHERE r.run_id = :p AND r.claim_id = ANY(CAST(:keep AS bigint[]))"""
+)
 
 
 @dataclass
@@ -99,6 +150,25 @@ class RecalOutcome:
 
 
 @dataclass
+class PoolChanges:
+    """How the labelled pool changed since the parent run (see the module docstring)."""
+
+    pool: dict[int, tuple[int, float]]  # the new pool: claim id -> (label, score)
+    added: list[int]
+    removed: list[int]
+    changed: list[int]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {"added": len(self.added), "removed": len(self.removed), "changed": len(self.changed)}
+
+    @property
+    def favours_full_run(self) -> bool:
+        """Too many added claims: checking each target against them costs more than a full kNN."""
+        return len(self.added) > MAX_ADDED_SHARE * max(len(self.pool), 1)
+
+
+@dataclass
 class Plan:
     """Which claims an incremental run recomputes, and how."""
 
@@ -107,15 +177,22 @@ class Plan:
     pool: dict[int, tuple[int, float]]
     knn: list[int]
     merge: list[int]
+    #: unaffected claims whose rows are still to be copied from the parent
     keep: list[int]
     entering: pd.DataFrame
     changes: dict[str, int]
     #: the parent's rows: claim ids (sorted), (n, k) neighbour ids, (n, k) distances
     parent_nb: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: unaffected claims whose rows were handed to ``on_kept`` while planning
+    n_copied_early: int = 0
 
     @property
     def recomputed(self) -> list[int]:
         return sorted(set(self.knn) | set(self.merge))
+
+    @property
+    def n_copied(self) -> int:
+        return self.n_copied_early + len(self.keep)
 
 
 def _key_params(spec: RunSpec) -> dict[str, Any]:
@@ -149,168 +226,262 @@ def find_parent(conn: Connection, spec: RunSpec) -> int | None:
     ).scalar()
 
 
-def _pool(conn: Connection, label_set_id: int, spec: RunSpec) -> pd.DataFrame:
-    rows = conn.execute(POOL_SQL, _key_params(spec) | {"ls": label_set_id}).all()
-    return pd.DataFrame(rows, columns=["claim_id", "label", "score", "since"]).set_index("claim_id")
-
-
-def plan(conn: Connection, spec: RunSpec, parent_run_id: int) -> Plan:
-    """Find the claims whose neighbours or neighbours' labels/scores changed since the parent run."""
+def pool_changes(conn: Connection, spec: RunSpec, parent_run_id: int) -> PoolChanges:
+    """Compare the eligible labelled pools of the parent's label set and of ``spec``'s."""
     parent = conn.execute(text("SELECT label_set_id, started_at FROM calibration_runs WHERE id = :i"),
                           {"i": parent_run_id}).one()
-    new, old = _pool(conn, spec.label_set_id, spec), _pool(conn, parent.label_set_id, spec)
+    rows = conn.execute(POOLS_SQL, _key_params(spec) | {"new": spec.label_set_id,
+                                                        "old": parent.label_set_id}).all()
+    df = pd.DataFrame(rows, columns=["claim_id", "new", "old", "score", "since"]).set_index("claim_id")
+    new, old = df[df["new"].notna()], df[df["old"].notna()]
     old_strict = set(old.index[old["since"] < parent.started_at])
-    added = sorted(set(new.index) - old_strict)
-    t_ids, t_scores, nids, nds, t_vec = parent_rows(conn, parent_run_id, spec.k,
-                                                    spec.embed_model if added else None)
-    # a target's score is in the parent's row (same score key: stored scores never change)
+    both = new.index.intersection(old.index)
+    # one row per claim: its score is the same on both sides, so only the label can differ
+    changed = both[(new.loc[both, "new"] != new.loc[both, "old"]).to_numpy()]
+    pool = dict(zip(new.index.astype(int).tolist(),
+                    zip(new["new"].astype(int).tolist(), new["score"].astype(float).tolist())))
+    return PoolChanges(pool, sorted(set(new.index) - old_strict), sorted(set(old.index) - set(new.index)),
+                       sorted(int(i) for i in changed))
+
+
+def plan(conn: Connection, spec: RunSpec, parent_run_id: int, changes: PoolChanges | None = None,
+         on_kept: Callable[[NDArray[np.int64]], None] | None = None,
+         check_conn: Connection | None = None) -> Plan:
+    """Find the claims whose neighbours or neighbours' labels/scores changed since the parent run.
+
+    The parent's rows are read in blocks as they arrive; ``on_kept`` (if given) receives each
+    block's claims that are certainly unaffected (a wanted target, no removed or relabelled
+    neighbour, no added claim even near its k-th distance), so their rows can be copied while the
+    rest is read. The plan's ``keep`` holds the unaffected claims not handed over that way. With
+    ``check_conn``, the exact distances of a block's candidates are fetched on that connection, in
+    a worker thread, while the next blocks are read; else on ``conn`` after the last block.
+    """
+    changes = changes or pool_changes(conn, spec, parent_run_id)
+    # one BLAS thread: the other CPU is the server's (reading the parent, copying rows), and idle
+    # BLAS threads spin-wait between blocks
+    with (threadpool_limits(1, user_api="blas"),
+          ThreadPoolExecutor(max_workers=1, thread_name_prefix="recalibrate-check") as checker):
+        return _plan(conn, spec, parent_run_id, changes, on_kept,
+                     (checker, check_conn) if check_conn is not None else None)
+
+
+@contextmanager
+def _local_settings(conn: Connection, settings: dict[str, str]) -> Iterator[None]:
+    """Apply server settings to the current transaction only, and restore them on leaving.
+
+    After an error they are left as they are: the transaction is failing, and what
+    ``set_config(..., true)`` sets ends with it.
+    """
+    before = {name: conn.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
+              for name in settings}
+    for name, value in settings.items():
+        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+    yield
+    for name, value in before.items():
+        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+
+
+def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
+          on_kept: Callable[[NDArray[np.int64]], None] | None,
+          checker: tuple[ThreadPoolExecutor, Connection] | None) -> Plan:
+    """The body of :func:`plan` (``checker``: where to fetch exact distances while reading)."""
+    k = spec.k
     wanted = np.asarray(sorted(set(spec.claim_ids)), dtype=np.int64)
-    in_parent = np.isin(t_ids, wanted)
-    scores = dict(zip(t_ids[in_parent].tolist(), t_scores[in_parent].tolist()))
-    others = np.setdiff1d(wanted, t_ids).tolist()
+    removed, changed = np.asarray(ch.removed, dtype=np.int64), np.asarray(ch.changed, dtype=np.int64)
+    added_ids, added_vectors = _added_vectors(conn, ch.added, spec.embed_model)
+    blocks, candidates, checks = [], [], []
+    for rows in _parent_blocks(conn, parent_run_id, k, spec.embed_model if ch.added else None):
+        ids = rows["id"].astype(np.int64)
+        nids = np.stack([rows[f"n{i}"] for i in range(k)], axis=1).astype(np.int64)
+        nds = np.stack([rows[f"d{i}"] for i in range(k)], axis=1).astype(float)
+        at = np.minimum(np.searchsorted(wanted, ids), max(len(wanted) - 1, 0))
+        in_parent = wanted[at] == ids if len(wanted) else np.zeros(len(ids), dtype=bool)
+        lost = in_parent & np.isin(nids, removed).any(axis=1)
+        relabelled = in_parent & ~lost & np.isin(nids, changed).any(axis=1)
+        near = np.zeros(len(ids), dtype=bool)
+        if len(added_ids):
+            i, j = _prefilter(rows["v"], added_vectors, nds[:, -1], in_parent & ~lost)
+            near[i] = True
+            pairs = (ids[i], added_ids[j], nds[i, -1], nids[i, -1])
+            if checker is None:
+                candidates.append(pairs)
+            elif len(i):
+                checks.append(checker[0].submit(_exact_entering, checker[1], spec.embed_model, *pairs))
+        copied = in_parent & ~lost & ~relabelled & ~near
+        if on_kept is None:
+            copied[:] = False
+        elif copied.any():
+            on_kept(ids[copied])
+        blocks.append((ids, rows["score"].astype(float), nids, nds, in_parent, lost, relabelled, copied))
+    if not blocks:  # a parent run without rows
+        blocks = [(np.zeros(0, np.int64), np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k)),
+                   *[np.zeros(0, bool)] * 4)]
+    ids, t_scores, nids, nds, in_parent, lost, relabelled, copied = (np.concatenate(c) for c in zip(*blocks))
+    order = np.argsort(ids, kind="stable")
+    ids, t_scores, nids, nds = ids[order], t_scores[order], nids[order], nds[order]
+    in_parent, lost, relabelled, copied = in_parent[order], lost[order], relabelled[order], copied[order]
+    # a target's score is in the parent's row (same score key: stored scores never change)
+    scores = dict(zip(ids[in_parent].tolist(), t_scores[in_parent].tolist()))
+    others = np.setdiff1d(wanted, ids).tolist()
     stored = claim_scores(conn, others, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
                           spec.key.score_kind) if others else {}
     need_knn = {i for i, sc in stored.items() if sc is not None}  # new to the target: full SQL kNN
     scores |= {i: stored[i] for i in need_knn}
-    removed = sorted(set(old.index) - set(new.index))
-    both = new.index.intersection(old.index)
-    differs = ((new.loc[both, "label"] != old.loc[both, "label"])
-               | (new.loc[both, "score"] != old.loc[both, "score"]))
-    changed = sorted(both[differs.to_numpy()])
-    kept_ids, kept_nids, kept_nds = t_ids[in_parent], nids[in_parent], nds[in_parent]
-    lost = np.isin(kept_nids, np.asarray(removed, dtype=np.int64)).any(axis=1)
-    relabelled = np.isin(kept_nids, np.asarray(changed, dtype=np.int64)).any(axis=1) & ~lost
-    need_knn |= set(kept_ids[lost].tolist())
-    touched = set(kept_ids[relabelled].tolist())
+    need_knn |= set(ids[lost].tolist())
+    touched = set(ids[relabelled].tolist())
+    found = [job.result() for job in checks]
+    if candidates:
+        found.append(_exact_entering(conn, spec.embed_model, *(np.concatenate(c) for c in zip(*candidates))))
+    found = [f for f in found if len(f)]
     entering = pd.DataFrame(columns=["claim_id", "neighbor_id", "distance"])
-    if added:
-        ok = in_parent.copy()
-        ok[in_parent] = ~lost
-        entering = _entering(conn, spec, added, t_ids[ok], nids[ok], nds[ok], t_vec, np.flatnonzero(ok))
+    if found:
+        entering = pd.concat(found, ignore_index=True)
         touched |= set(entering["claim_id"].tolist())
     merge = sorted(touched - need_knn)
-    recomputed = need_knn | touched
-    pool = dict(zip(new.index.astype(int).tolist(),
-                    zip(new["label"].astype(int).tolist(), new["score"].astype(float).tolist())))
-    changes = {"added": len(added), "removed": len(removed), "changed": len(changed)}
-    keep = [i for i in kept_ids.tolist() if i not in recomputed]
-    return Plan(parent_run_id, scores, pool, sorted(need_knn), merge, keep, entering, changes,
-                (kept_ids, kept_nids, kept_nds))
+    recomputed = np.fromiter(need_knn | touched, np.int64)
+    keep = ids[in_parent & ~copied & ~np.isin(ids, recomputed)].tolist()
+    return Plan(parent_run_id, scores, ch.pool, sorted(need_knn), merge, keep, entering, ch.counts,
+                (ids[in_parent], nids[in_parent], nds[in_parent]), int(copied.sum()))
 
 
-def parent_rows(conn: Connection, parent_run_id: int, k: int,
-                embed_model: str | None = None) -> tuple[Any, ...]:
-    """The parent run's rows as arrays, sorted by claim id: ids, scores, (n, k) neighbour ids and
-    distances, and (with ``embed_model``) a lazy (n, dim) big-endian view of the targets' vectors.
+def _parent_blocks(conn: Connection, parent_run_id: int, k: int,
+                   embed_model: str | None = None) -> Iterator[np.ndarray]:
+    """The parent run's rows (with ``embed_model``: and each target's vector), in arrival order, as
+    structured arrays of up to ``PARENT_BLOCK`` records: ``id``, ``score``, ``n0..`` (neighbour
+    ids), ``d0..`` (distances), ``v`` (the big-endian float32 vector).
 
-    One binary COPY of fixed-size records parsed by numpy: no Python object per row.
+    One binary COPY: every record has the same size (k neighbours, no NULLs, one vector
+    dimension), so numpy reads a block of records at once, with no Python object per row. The
+    connection is busy until the generator is exhausted: use another one meanwhile.
     """
     cols = ", ".join([f"r.neighbor_ids[{i}]" for i in range(1, k + 1)]
                      + [f"r.neighbor_distances[{i}]" for i in range(1, k + 1)])
     sql = (PARENT_VECTORS_COPY if embed_model else PARENT_COPY).format(neighbours=cols)
     params = (embed_model, parent_run_id) if embed_model else (parent_run_id,)
-    buf = bytearray()
-    with conn.connection.driver_connection.cursor() as cur, cur.copy(sql, params) as cp:
-        for block in cp:
-            buf += block
-    if not buf.startswith(b"PGCOPY\n\xff\r\n\x00"):
-        raise RuntimeError("unexpected COPY stream of the parent run")
-    head = 19 + int.from_bytes(buf[15:19], "big")
     fields = [("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
     fields += [x for i in range(k) for x in ((f"l_n{i}", ">i4"), (f"n{i}", ">i8"))]
     fields += [x for i in range(k) for x in ((f"l_d{i}", ">i4"), (f"d{i}", ">f8"))]
-    n_fields = 2 + 2 * k
-    if embed_model and len(buf) > head + 2:
-        at = head + np.dtype(fields).itemsize + 4  # the first row's vector dimension
-        dim = int.from_bytes(buf[at:at + 2], "big")
-        fields += [("l_v", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))]
-        n_fields += 1
-    dt = np.dtype(fields)
-    n, rest = divmod(len(buf) - head - 2, dt.itemsize)
-    if rest:
+    n_fields = 2 + 2 * k + (1 if embed_model else 0)
+    dt: np.dtype | None = None
+    buf = bytearray()
+
+    def start(final: bool) -> np.dtype | None:
+        """Strip the stream header and fix the record layout (its vector dimension is in the
+        first record); None while too few bytes have arrived to do so."""
+        nonlocal fields
+        if len(buf) < 19 or len(buf) < 19 + int.from_bytes(buf[15:19], "big"):
+            if final:
+                raise RuntimeError("unexpected COPY stream of the parent run")
+            return None
+        if not buf.startswith(b"PGCOPY\n\xff\r\n\x00"):
+            raise RuntimeError("unexpected COPY stream of the parent run")
+        head = 19 + int.from_bytes(buf[15:19], "big")
+        at = head + np.dtype(fields).itemsize + 4  # the first record's vector dimension
+        if embed_model and len(buf) >= at + 2:
+            dim = int.from_bytes(buf[at:at + 2], "big")
+            fields += [("l_v", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))]
+        elif embed_model and not final:
+            return None
+        del buf[:head]
+        return np.dtype(fields)
+
+    def take(n: int) -> np.ndarray:
+        """The first n records of the buffer, checked; the buffer starts afresh with the rest."""
+        nonlocal buf
+        assert dt is not None
+        rows = np.frombuffer(buf, dtype=dt, count=n)  # a view: the buffer is not copied
+        buf = buf[n * dt.itemsize:]
+        lengths = [rows[f] for f in dt.names if f.startswith("l_") and f != "l_v"]
+        if (rows["nf"] != n_fields).any() or any((x != 8).any() for x in lengths):
+            raise RuntimeError("the parent run's rows have NULLs or another k")
+        if embed_model and (rows["dim"] != rows["v"].shape[1]).any():
+            raise RuntimeError("target vectors of different dimensions")
+        return rows
+
+    settings = _parent_read_settings(conn, parent_run_id) if embed_model else PARENT_READ_SETTINGS
+    with (_local_settings(conn, settings), conn.connection.driver_connection.cursor() as cur,
+          cur.copy(sql, params) as cp):
+        for message in cp:
+            buf += message
+            if dt is None and (dt := start(final=False)) is None:
+                continue
+            if len(buf) >= PARENT_BLOCK * dt.itemsize:
+                yield take(PARENT_BLOCK)
+    if dt is None:
+        dt = start(final=True)
+        assert dt is not None
+    n, rest = divmod(len(buf) - 2, dt.itemsize)
+    if rest or buf[-2:] != b"\xff\xff":
         raise RuntimeError("the parent run's rows have NULLs or another k")
-    rows = np.frombuffer(buf, dtype=dt, count=n, offset=head)
-    lengths = [rows[f[0]] for f in fields if f[0].startswith("l_") and f[0] != "l_v"]
-    if n and ((rows["nf"] != n_fields).any() or any((x != 8).any() for x in lengths)):
-        raise RuntimeError("the parent run's rows have NULLs or another k")
-    order = np.argsort(rows["id"], kind="stable")
-    ids = rows["id"][order].astype(np.int64)
-    if not n:
-        return ids, np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k)), None
-    nids = np.stack([rows[f"n{i}"][order] for i in range(k)], axis=1).astype(np.int64)
-    nds = np.stack([rows[f"d{i}"][order] for i in range(k)], axis=1).astype(float)
-
-    def vectors(positions: np.ndarray) -> np.ndarray:
-        """float32 vectors of the rows at these (sorted-order) positions, decoded on demand."""
-        return rows["v"][order[positions]].astype(np.float32)
-
-    return ids, rows["score"][order].astype(float), nids, nds, (vectors if embed_model else None)
+    if n:
+        yield take(n)
 
 
-def _vectors(conn: Connection, claim_ids: Sequence[int], embed_model: str) -> dict[int, np.ndarray]:
-    """Vectors of a few claims (the labelled pool), by claim id."""
+def _parent_read_settings(conn: Connection, parent_run_id: int) -> dict[str, str]:
+    """``PARENT_READ_SETTINGS``, and no nested loops if the parent is large against the embeddings
+    (its row count is in its params; the embeddings' is the catalogue's estimate, -1 if unknown)."""
+    n_parent, n_embeddings = conn.execute(
+        text("""SELECT (SELECT (params->>'n_calibrated')::float8 FROM calibration_runs WHERE id = :p),
+                       (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)"""),
+        {"p": parent_run_id}).one()
+    if n_parent is not None and n_embeddings is not None and 0 <= HASH_JOIN_SHARE * n_embeddings <= n_parent:
+        return PARENT_READ_SETTINGS | {"enable_nestloop": "off"}
+    return PARENT_READ_SETTINGS
+
+
+def _added_vectors(conn: Connection, added: list[int],
+                   embed_model: str) -> tuple[NDArray[np.int64], np.ndarray]:
+    """The added claims' ids and unit float32 vectors (rows), from one statement."""
+    if not added:
+        return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
     with conn.connection.driver_connection.cursor(binary=True) as cur:
-        cur.execute(VECTORS_SQL, (embed_model, [int(i) for i in claim_ids]))
+        cur.execute(VECTORS_SQL, (embed_model, [int(i) for i in added]))
         (blob,) = cur.fetchone()
     if not blob:
-        return {}
+        return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
     dim = int.from_bytes(blob[8:10], "big")
     dt = np.dtype([("id", ">i8"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
     rows = np.frombuffer(blob, dtype=dt)
     if len(blob) % dt.itemsize or (rows["dim"] != dim).any():
         raise RuntimeError("vectors of different dimensions")
-    return dict(zip(rows["id"].astype(np.int64).tolist(), rows["v"].astype(np.float64)))
+    vectors = rows["v"].astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return rows["id"].astype(np.int64), vectors
 
 
-def _entering(conn: Connection, spec: RunSpec, added: list[int], t_ids: np.ndarray, nids: np.ndarray,
-              nds: np.ndarray, t_vec: Any, rows: np.ndarray) -> pd.DataFrame:
-    """(target, added claim, distance) of every added labelled claim that enters a target's top k.
+def _prefilter(targets: np.ndarray, added: np.ndarray, kth: NDArray[np.float64],
+               eligible: NDArray[np.bool_]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """(target row, added row) pairs whose float32 cosine distance is within ``PREFILTER_MARGIN`` of
+    the target's k-th distance ``kth``: a superset of the pairs where the added claim enters.
 
-    Exact, in two steps: a vector prefilter (``t_vec(rows)``: the targets' vectors, streamed with
-    the parent's rows, times the added claims' vectors, by chunks), generous by
-    ``PREFILTER_MARGIN``; then each surviving pair's distance from pgvector itself (the expression
-    the SQL kNN orders by) and the exact test ``(distance, id) < (k-th distance, k-th id)``.
+    ``added`` holds unit vectors; the targets' are compared unnormalised, ``t·a >= (1 - d) |t|``,
+    which saves a pass over the block.
     """
-    cols = ["claim_id", "neighbor_id", "distance"]
-    if not len(t_ids):
-        return pd.DataFrame(columns=cols)
-    vec = _vectors(conn, added, spec.embed_model)
-    added_ids = np.asarray([i for i in added if i in vec], dtype=np.int64)
-    A = np.stack([vec[i] for i in added_ids.tolist()]).astype(np.float32)
-    A /= np.linalg.norm(A, axis=1, keepdims=True)
-    cand_t, cand_a = [], []
-    for start in range(0, len(t_ids), 20_000):
-        T = t_vec(rows[start:start + 20_000])
-        T /= np.linalg.norm(T, axis=1, keepdims=True)
-        dist = 1.0 - T @ A.T
-        i, j = np.nonzero(dist <= nds[start:start + 20_000, -1:] + PREFILTER_MARGIN)
-        cand_t.append(t_ids[start + i])
-        cand_a.append(added_ids[j])
-    cand_t_all, cand_a_all = np.concatenate(cand_t), np.concatenate(cand_a)
-    if not len(cand_t_all):
-        return pd.DataFrame(columns=cols)
-    got = conn.execute(
-        text(
-            """WITH av AS MATERIALIZED (
-                   SELECT c.id, e.embedding FROM claims c
-                   JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
-                   WHERE c.id = ANY(CAST(:added AS bigint[])))
-               SELECT u.t, u.a, av.embedding <=> et.embedding
-               FROM unnest(CAST(:t AS bigint[]), CAST(:a AS bigint[])) AS u(t, a)
-               JOIN av ON av.id = u.a
-               JOIN claims ct ON ct.id = u.t
-               JOIN embeddings et ON et.text_hash = ct.text_hash AND et.model = :em"""
-        ),
-        {"t": cand_t_all.tolist(), "a": cand_a_all.tolist(), "em": spec.embed_model,
-         "added": added_ids.tolist()},
-    ).all()
-    tt = np.fromiter((r[0] for r in got), np.int64, len(got))
-    aa = np.fromiter((r[1] for r in got), np.int64, len(got))
-    d = np.fromiter((r[2] for r in got), float, len(got))
-    at = np.searchsorted(t_ids, tt)
-    dk, kid = nds[at, -1], nids[at, -1]
-    enters = (d < dk) | ((d == dk) & (aa < kid))
-    return pd.DataFrame({"claim_id": tt[enters], "neighbor_id": aa[enters], "distance": d[enters]})
+    T = targets.astype(np.float32)  # the big-endian vectors, decoded
+    norms = np.sqrt(np.einsum("ij,ij->i", T, T))
+    limit = (1.0 - kth - PREFILTER_MARGIN).astype(np.float32) * norms
+    limit[~eligible] = np.inf  # never a candidate
+    return np.nonzero(T @ added.T >= limit[:, None])  # cos >= 1 - (kth + margin)
+
+
+def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64], cand_a: NDArray[np.int64],
+                    kth_distance: NDArray[np.float64], kth_id: NDArray[np.int64]) -> pd.DataFrame:
+    """(target, added claim, distance) of the candidate pairs ``(cand_t[i], cand_a[i])`` where the
+    added claim enters the target's top k, whose k-th neighbour is ``kth_id[i]`` at ``kth_distance[i]``.
+
+    The distance is pgvector's own (the expression the SQL kNN orders by), and the test the kNN's
+    order: ``(distance, id) < (k-th distance, k-th id)``.
+    """
+    if not len(cand_t):
+        return pd.DataFrame(columns=["claim_id", "neighbor_id", "distance"])
+    with _local_settings(conn, EXACT_SETTINGS):
+        got = conn.execute(EXACT_SQL, {"t": _bigint_array(cand_t), "a": _bigint_array(cand_a),
+                                       "added": _bigint_array(np.unique(cand_a)), "em": embed_model}).all()
+    i = np.fromiter((r[0] for r in got), np.int64, len(got)) - 1  # the pair's (1-based) ordinality
+    d = np.fromiter((r[1] for r in got), float, len(got))
+    enters = (d < kth_distance[i]) | ((d == kth_distance[i]) & (cand_a[i] < kth_id[i]))
+    i = i[enters]
+    return pd.DataFrame({"claim_id": cand_t[i], "neighbor_id": cand_a[i], "distance": d[enters]})
 
 
 def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -332,11 +503,27 @@ def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndar
     return out_ids, top["neighbor_id"].to_numpy().reshape(-1, k), top["distance"].to_numpy().reshape(-1, k)
 
 
-def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> list[tuple]:
-    """Result rows (without run id) of the recomputed claims."""
-    parts = []
+@dataclass
+class ResultRows:
+    """Recomputed result rows as columns (one entry per claim), ready for a binary COPY."""
+
+    claim_ids: NDArray[np.int64]
+    result: calibration.NNPPIResult
+    neighbor_ids: NDArray[np.int64]  # (n, k), nearest first
+    neighbor_distances: NDArray[np.float64]  # (n, k)
+
+    def __len__(self) -> int:
+        return len(self.claim_ids)
+
+
+def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> ResultRows:
+    """Result rows of the recomputed claims: the SQL-kNN claims, then the merged ones."""
+    k = spec.k
+    # (claim ids, neighbour ids, distances, neighbour labels, neighbour scores) per way of finding them
+    parts = [(np.zeros(0, np.int64), np.zeros((0, k), np.int64), np.zeros((0, k)), np.zeros((0, k), np.int64),
+              np.zeros((0, k)))]
     if p.knn:
-        nb = nearest_labelled(conn, spec.label_set_id, p.knn, spec.k, spec.key, embed_model=spec.embed_model)
+        nb = nearest_labelled(conn, spec.label_set_id, p.knn, k, spec.key, embed_model=spec.embed_model)
         parts.append((nb.claim_ids, nb.neighbor_ids, nb.distances, nb.labels, nb.scores))
     if p.merge:
         ids, nid, dist = _merge_neighbours(conn, spec, p)
@@ -347,51 +534,122 @@ def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> list[tuple]
         lab = np.array([p.pool[int(i)][0] for i in pool_ids], dtype=np.int64)[at]
         sc = np.array([p.pool[int(i)][1] for i in pool_ids], dtype=float)[at]
         parts.append((ids, nid, dist, lab, sc))
-    out: list[tuple] = []
-    for ids, nid, dist, lab, sc in parts:
-        c = np.array([p.scores[int(i)] for i in ids], dtype=float)
-        res = calibration.nnppi(c, lab, sc, spec.alpha, spec.threshold)
-        out += [(int(ids[i]), float(res.score[i]), float(res.theta[i]), float(res.ci_low[i]),
-                 float(res.ci_high[i]), bool(res.decision[i]), float(res.knn_mean[i]),
-                 [int(x) for x in nid[i]], [float(x) for x in dist[i]])
-                for i in range(len(ids))]
-    return out
+    ids, nid, dist, lab, sc = (np.concatenate(column) for column in zip(*parts))
+    c = np.array([p.scores[i] for i in ids.tolist()], dtype=float)
+    res = calibration.nnppi(c, lab, sc, spec.alpha, spec.threshold)
+    return ResultRows(ids.astype(np.int64), res, nid.astype(np.int64), dist.astype(float))
 
 
-def _copy_line(run_id: int, row: tuple) -> str:
-    """One row in COPY text format; ``repr`` of a float round-trips exactly through float8 input."""
-    cid, score, theta, lo, hi, decision, km, nids, dists = row
-    return (f"{run_id}\t{cid}\t{score!r}\t{theta!r}\t{lo!r}\t{hi!r}\t{'t' if decision else 'f'}\t{km!r}\t"
-            f"{{{','.join(map(str, nids))}}}\t{{{','.join(map(repr, dists))}}}\n")
+#: header and trailer of a binary COPY stream (no flags, no header extension)
+COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+COPY_TRAILER = b"\xff\xff"
+#: type oids of the array elements (``array_recv`` checks them): int8, float8
+INT8_OID, FLOAT8_OID = 20, 701
 
 
-def _copy_rows(conn: Connection, run_id: int, rows: Sequence[tuple]) -> None:
-    """Bulk-insert result rows with COPY (row-by-row INSERT is the slow part at 100k rows)."""
+def _array_dtype(element: str, k: int) -> np.dtype:
+    """A one-dimensional array without NULLs of k fixed-size elements, in binary COPY layout."""
+    return np.dtype([("len", ">i4"), ("ndim", ">i4"), ("flags", ">i4"), ("oid", ">u4"), ("dim", ">i4"),
+                     ("lbound", ">i4"), ("items", [("len", ">i4"), ("v", element)], (k,))])
+
+
+def _fill_array(field: np.ndarray, oid: int, values: np.ndarray) -> None:
+    """Write (n, k) ``values`` into a column of :func:`_array_dtype` records."""
+    k = values.shape[1]
+    field["len"] = field.dtype.itemsize - 4
+    field["ndim"], field["flags"], field["oid"], field["dim"], field["lbound"] = 1, 0, oid, k, 1
+    field["items"]["len"] = values.dtype.itemsize
+    field["items"]["v"] = values
+
+
+def _copy_rows(conn: Connection, run_id: int, rows: ResultRows) -> None:
+    """Bulk-insert result rows with one binary COPY built by numpy.
+
+    Every row has the same size (k neighbours, no NULLs), so the whole stream is one structured
+    array: no Python object or text formatting per row, and floats travel bit for bit.
+    """
+    n, k = rows.neighbor_ids.shape
+    floats = ("score", "theta", "ci_low", "ci_high")
+    dt = np.dtype([("nf", ">i2"), ("l_run", ">i4"), ("run", ">i8"), ("l_id", ">i4"), ("id", ">i8")]
+                  + [x for c in floats for x in ((f"l_{c}", ">i4"), (c, ">f8"))]
+                  + [("l_decision", ">i4"), ("decision", "u1"), ("l_knn_mean", ">i4"), ("knn_mean", ">f8"),
+                     ("nids", _array_dtype(">i8", k)), ("nds", _array_dtype(">f8", k))])
+    rec = np.zeros(n, dt)
+    rec["nf"] = len(COLUMNS)
+    rec["l_run"], rec["run"], rec["l_id"], rec["id"] = 8, run_id, 8, rows.claim_ids
+    res = rows.result
+    for c in floats + ("knn_mean",):
+        rec[f"l_{c}"], rec[c] = 8, getattr(res, c)
+    rec["l_decision"], rec["decision"] = 1, np.asarray(res.decision).astype(bool)
+    _fill_array(rec["nids"], INT8_OID, rows.neighbor_ids.astype(np.int64))
+    _fill_array(rec["nds"], FLOAT8_OID, rows.neighbor_distances.astype(np.float64))
     raw = conn.connection.driver_connection
-    with raw.cursor() as cur, cur.copy(f"COPY calibrated_results ({', '.join(COLUMNS)}) FROM STDIN") as cp:
-        for start in range(0, len(rows), 5000):
-            cp.write("".join(_copy_line(run_id, r) for r in rows[start:start + 5000]))
+    sql = f"COPY calibrated_results ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+    with raw.cursor() as cur, cur.copy(sql) as cp:
+        cp.write(COPY_SIGNATURE + rec.tobytes() + COPY_TRAILER)
 
 
-def _store(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: Sequence[tuple]) -> None:
-    conn.execute(
-        text(
-            f"""INSERT INTO calibrated_results ({', '.join(COLUMNS)}, computed_in_run)
-                SELECT :new, r.claim_id, r.score, r.theta, r.ci_low, r.ci_high, r.decision, r.knn_mean,
-                       r.neighbor_ids, r.neighbor_distances, coalesce(r.computed_in_run, r.run_id)
-                FROM calibrated_results r JOIN unnest(CAST(:keep AS bigint[])) AS u(id) ON u.id = r.claim_id
-                WHERE r.run_id = :p"""
-        ),
-        {"new": run_id, "keep": p.keep, "p": p.parent_run_id},
-    )
+def _bigint_array(ids: Any) -> str:
+    """A ``bigint[]`` literal: psycopg adapts a list element by element (~1 µs each), while one
+    string of 100k ids is built and parsed in milliseconds."""
+    return "{" + ",".join(map(str, np.asarray(ids, dtype=np.int64).tolist())) + "}"
+
+
+class KeptRowsCopier:
+    """Copies unaffected rows from the parent into the new run, on the store's connection, in a
+    worker thread, while the plan goes on reading the parent on its own connection.
+
+    Inserting ~100k rows (two foreign-key checks and two index entries per row) is the
+    largest single cost of an incremental run and is all server work, so it overlaps with the
+    client's reading and filtering. Calls run in order on one thread; the connection is used by
+    nothing else until :meth:`wait` returns.
+    """
+
+    def __init__(self, conn: Connection, run_id: int, parent_run_id: int) -> None:
+        self.conn, self.run_id, self.parent_run_id = conn, run_id, parent_run_id
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recalibrate-copy")
+        self._jobs: list[Future[None]] = []
+
+    def __call__(self, claim_ids: Sequence[int] | NDArray[np.int64]) -> None:
+        """Queue the copy of these claims' parent rows."""
+        if len(claim_ids):
+            self._jobs.append(self._worker.submit(self._copy, _bigint_array(claim_ids)))
+
+    def _copy(self, keep: str) -> None:
+        self.conn.execute(COPY_KEPT_SQL, {"new": self.run_id, "keep": keep, "p": self.parent_run_id})
+
+    def wait(self) -> None:
+        """Wait for every queued copy; raise the first failure."""
+        for job in self._jobs:
+            job.result()
+
+    def close(self) -> None:
+        """Wait for the worker to finish (also after a failure elsewhere) and stop it."""
+        self._worker.shutdown(wait=True, cancel_futures=True)
+
+
+#: does a calibrated claim of the run have no label (then no metrics: they need every gold label)
+UNLABELLED_SQL = text(
+    """SELECT EXISTS (SELECT 1 FROM calibrated_results r WHERE r.run_id = :r
+                      AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.claim_id = r.claim_id))"""
+)
+
+
+def _store(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: ResultRows,
+           copier: KeptRowsCopier | None = None) -> None:
+    """Finish the run's rows (the copies ``copier`` was given while planning, the rest of the
+    unaffected rows from the parent in SQL, the recomputed ones by COPY), its metrics and status."""
+    if copier is not None:
+        copier.wait()
+    if p.keep:
+        conn.execute(COPY_KEPT_SQL, {"new": run_id, "keep": _bigint_array(p.keep), "p": p.parent_run_id})
     _copy_rows(conn, run_id, rows)
-    n_cal = len(p.keep) + len(rows)
-    ids = sorted(p.keep + [r[0] for r in rows])
-    gold = current_labels(conn, ids)
-    if len(gold) == len(ids) and ids:
+    n_cal = p.n_copied + len(rows)
+    if n_cal and not conn.execute(UNLABELLED_SQL, {"r": run_id}).scalar_one():
         res = conn.execute(
             text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean FROM calibrated_results
                     WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
+        gold = current_labels(conn, [r.claim_id for r in res])
         arr = {c: np.array([getattr(r, c) for r in res], dtype=float)
                for c in ("score", "theta", "ci_low", "ci_high", "knn_mean")}
         result = calibration.NNPPIResult(
@@ -399,10 +657,10 @@ def _store(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: Sequence
             knn_mean=arr["knn_mean"], decision=np.array([int(r.decision) for r in res]),
             knn_decision=calibration.decide(arr["knn_mean"], spec.threshold),
             baseline_decision=calibration.decide(arr["score"], spec.threshold))
-        store_metrics(conn, run_id, metric_rows(np.array([gold[i] for i in ids]), result))
+        store_metrics(conn, run_id, metric_rows(np.array([gold[r.claim_id] for r in res]), result))
     counts = {"n_claims": len(spec.claim_ids), "n_calibrated": n_cal,
               "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": len(rows),
-              "n_copied": len(p.keep)} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
+              "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
     conn.execute(
         text("""UPDATE calibration_runs SET status = 'complete', finished_at = now(),
                 params = params || CAST(:p AS jsonb) WHERE id = :i"""),
@@ -475,9 +733,9 @@ def recalibrate(
             if existing is not None:
                 return RecalOutcome(existing, "reused")
             with engine.connect() as conn:
-                p = plan(conn, spec, parent)
+                changes = pool_changes(conn, spec, parent)
                 conn.commit()
-            if p.changes["added"] > MAX_ADDED_SHARE * max(len(p.pool), 1):
+            if changes.favours_full_run:
                 lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
                 lock.commit()
                 held = False  # the full run takes the same lock on its own connection
@@ -485,15 +743,22 @@ def recalibrate(
             with engine.begin() as conn:
                 run_id = _start(conn, spec, key, fingerprint, ctx, parent)
             try:
-                with engine.begin() as conn:
-                    rows = compute_incremental(conn, spec, p)
-                    _store(conn, spec, run_id, p, rows)
+                # the plan reads on one connection while a second fetches exact distances and the
+                # store's transaction copies the unaffected rows it reports on a third
+                with engine.connect() as reader, engine.connect() as checker, engine.begin() as conn:
+                    copier = KeptRowsCopier(conn, run_id, parent)
+                    try:
+                        p = plan(reader, spec, parent, changes, on_kept=copier, check_conn=checker)
+                        rows = compute_incremental(reader, spec, p)
+                        _store(conn, spec, run_id, p, rows, copier)
+                    finally:
+                        copier.close()
             except BaseException:
                 with engine.begin() as conn:
                     conn.execute(text("UPDATE calibration_runs SET status = 'failed', finished_at = now() "
                                       "WHERE id = :i"), {"i": run_id})
                 raise
-            return RecalOutcome(run_id, "incremental", parent, len(rows), len(p.keep), p.recomputed,
+            return RecalOutcome(run_id, "incremental", parent, len(rows), p.n_copied, p.recomputed,
                                 p.changes)
         finally:
             if held:
