@@ -58,14 +58,13 @@ from numpy.typing import NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy import calibration, metrics
-from checkworthy.calibrate import fit_predictor, labelled_pool, neighbour_columns
-from checkworthy.calibrators import CALIBRATORS, adjust_prevalence, fitted_params, prediction_sets
+from checkworthy.calibrate import fit_choice, fit_predictor, labelled_pool, neighbour_columns
+from checkworthy.calibrators import adjust_prevalence, prediction_sets
 from checkworthy.corrections import (
     CORRECTIONS,
     Choice,
     LabelledSet,
     Neighbourhood,
-    estimate_lambda,
     select_by_cv,
 )
 from checkworthy.embeddings import claim_embeddings
@@ -173,6 +172,19 @@ def _interval_rows(family: str, method: str, k: int, s: IntervalSummary) -> list
     return rows
 
 
+def _add_interval(out: Comparison, family: str, method: str, nb: Neighbourhood, centre: Any,
+                  inp: CompareInputs) -> None:
+    """Coverage rows of one interval method around ``centre``; a method that cannot run on these
+    neighbourhoods (k = 1 has no residual sd; too few columns for a split) is listed in
+    ``info["skipped"]`` instead."""
+    try:
+        lo, hi = INTERVAL_METHODS[method](nb, inp.alpha, correction=centre)
+    except ValueError as exc:
+        out.info.setdefault("skipped", []).append(f"{family}/{method}: {exc}")
+        return
+    out.rows += _interval_rows(family, method, nb.k, summarise(lo, hi, inp.y))
+
+
 def _decision_rows(family: str, method: str, k: int | None, y: IntArray, p: FloatArray,
                    threshold: float) -> list[MetricRow]:
     """Classification figures of ``p >= threshold`` and the Brier score of ``clip(p, 0, 1)``."""
@@ -186,15 +198,6 @@ def _decision_rows(family: str, method: str, k: int | None, y: IntArray, p: Floa
                     else MetricRow(family, method, k, name, value))
     rows.append(MetricRow(family, method, k, "brier", float(np.mean((np.clip(p, 0, 1) - y) ** 2))))
     return rows
-
-
-def _fitted_choice(cal: LabelledSet, method: str, k: int, threshold: float) -> Choice:
-    params: dict[str, Any] = {}
-    if method == "ppi++":
-        params["lam"] = estimate_lambda(cal, k, form="ppi++")
-    elif method == "shrink":
-        params["kappa"] = estimate_lambda(cal, k, form="shrink")
-    return Choice(method, k, params, threshold)
 
 
 def _label(choice: Choice) -> str:
@@ -219,7 +222,7 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
     # point corrections at the run's k, parameters fitted on L
     fitted: dict[str, Any] = {}
     for method in o.corrections:
-        choice = _fitted_choice(inp.cal, method, inp.k, thr)
+        choice, _ = fit_choice(inp.cal, method, inp.k, thr)
         if choice.params:
             fitted[method] = dict(choice.params)
         out.rows += _decision_rows("correction", method, inp.k, y, choice.theta(nb), thr)
@@ -254,26 +257,16 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
 
     # intervals around the paper's NN-PPI, and around the CV choice
     nb_cv = inp.neighbourhood(best.k)
-    skipped = []
     for method in o.intervals:
-        for family, where, centre in (("interval", nb, "paper"), ("interval-cv", nb_cv, best.theta)):
-            try:
-                lo, hi = INTERVAL_METHODS[method](where, inp.alpha, correction=centre)
-            except ValueError as exc:  # e.g. k = 1 has no residual sd; too few columns for a split
-                skipped.append(f"{family}/{method}: {exc}")
-                continue
-            out.rows += _interval_rows(family, method, where.k, summarise(lo, hi, y))
-    if skipped:
-        out.info["skipped"] = skipped
+        _add_interval(out, "interval", method, nb, "paper", inp)
+        _add_interval(out, "interval-cv", method, nb_cv, best.theta, inp)
 
     # standard calibrators on the score alone
     cal_params: dict[str, Any] = {}
     for name in o.calibrators:
         if name == "temperature" and inp.score_kind not in o.temperature_kinds:
             continue
-        model = CALIBRATORS[name]().fit(inp.cal.c, inp.cal.y)
-        cal_params[name] = fitted_params(model)
-        p = model.predict_proba(inp.c)[:, 1]
+        _, p, cal_params[name] = fit_predictor(name, inp.cal, inp.c)
         out.rows += _decision_rows("calibrator", name, None, y, p, thr)
         if inp.pool_prevalence is not None:  # Bayes' rule from L's class mix to the pool's
             q = adjust_prevalence(p, float(inp.cal.y.mean()), inp.pool_prevalence)
@@ -310,13 +303,8 @@ def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int
     best = select_by_cv(cal, ks=ks, thresholds=(thr,), seed=seed).best
     out.rows += _decision_rows("head-cv", best.method, best.k, y, best.theta(nb), thr)
     out.rows.append(MetricRow("head-cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
-    nb_best = nb.with_k(best.k)
     for method in intervals:  # the head-cv choice's intervals (L's scores cross-fitted pairwise)
-        try:
-            lo, hi = INTERVAL_METHODS[method](nb_best, inp.alpha, correction=best.theta)
-        except ValueError:
-            continue
-        out.rows += _interval_rows("interval-head", method, best.k, summarise(lo, hi, y))
+        _add_interval(out, "interval-head", method, nb.with_k(best.k), best.theta, inp)
     return {"C": fitted["C"], "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
                                        "cv_weighted_f1": best.cv_score, "label": _label(best)}}
 

@@ -98,23 +98,26 @@ def fit_head(emb: FloatArray, c: FloatArray, y: NDArray[np.int_], *, n_folds: in
         raise ValueError("the embedding head needs at least two labelled claims of each class")
     x = features(emb, c)
     folds = _folds(y, n_folds, seed)
-    best: tuple[float, float, FloatArray] | None = None
+    best: tuple[float, float, FloatArray, list[LogisticRegression]] | None = None
     for C in Cs:
         oof = np.empty(len(y))
-        for train, test in folds:
-            oof[test] = _fit(x[train], y[train], C).predict_proba(x[test])[:, 1]
+        models = [_fit(x[train], y[train], C) for train, _ in folds]
+        for model, (_, test) in zip(models, folds):
+            oof[test] = model.predict_proba(x[test])[:, 1]
         p = np.clip(oof, 1e-12, 1 - 1e-12)
         loss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
         if best is None or loss < best[0]:
-            best = (loss, C, oof)
+            best = (loss, C, oof, models)
     assert best is not None
+    _, C, oof, models = best
     fold = np.empty(len(y), dtype=np.int_)
     for f, (_, test) in enumerate(folds):
         fold[test] = f
     n = len(folds)
     pair = np.empty((n, n, len(y)))
     for f in range(n):
-        for g in range(f, n):
+        pair[f, f] = models[f].predict_proba(x)[:, 1]  # without fold f alone: the C search's own fit
+        for g in range(f + 1, n):
             keep = (fold != f) & (fold != g)
-            pair[f, g] = pair[g, f] = _fit(x[keep], y[keep], best[1]).predict_proba(x)[:, 1]
-    return HeadFit(_fit(x, y, best[1]), best[2], best[1], fold, pair)
+            pair[f, g] = pair[g, f] = _fit(x[keep], y[keep], C).predict_proba(x)[:, 1]
+    return HeadFit(_fit(x, y, C), oof, C, fold, pair)

@@ -595,6 +595,12 @@ def _bigint_array(ids: Any) -> str:
     return "{" + ",".join(map(str, np.asarray(ids, dtype=np.int64).tolist())) + "}"
 
 
+def _copy_kept(conn: Connection, run_id: int, parent_run_id: int, claim_ids: Sequence[int] | NDArray[np.int64]
+               ) -> None:
+    """Copy these claims' rows from the parent into the new run (:data:`COPY_KEPT_SQL`)."""
+    conn.execute(COPY_KEPT_SQL, {"new": run_id, "keep": _bigint_array(claim_ids), "p": parent_run_id})
+
+
 class KeptRowsCopier:
     """Copies unaffected rows from the parent into the new run, on the store's connection, in a
     worker thread, while the plan goes on reading the parent on its own connection.
@@ -613,10 +619,8 @@ class KeptRowsCopier:
     def __call__(self, claim_ids: Sequence[int] | NDArray[np.int64]) -> None:
         """Queue the copy of these claims' parent rows."""
         if len(claim_ids):
-            self._jobs.append(self._worker.submit(self._copy, _bigint_array(claim_ids)))
-
-    def _copy(self, keep: str) -> None:
-        self.conn.execute(COPY_KEPT_SQL, {"new": self.run_id, "keep": keep, "p": self.parent_run_id})
+            self._jobs.append(self._worker.submit(_copy_kept, self.conn, self.run_id, self.parent_run_id,
+                                                  claim_ids))
 
     def wait(self) -> None:
         """Wait for every queued copy; raise the first failure."""
@@ -642,7 +646,7 @@ def _store(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: ResultRo
     if copier is not None:
         copier.wait()
     if p.keep:
-        conn.execute(COPY_KEPT_SQL, {"new": run_id, "keep": _bigint_array(p.keep), "p": p.parent_run_id})
+        _copy_kept(conn, run_id, p.parent_run_id, p.keep)
     _copy_rows(conn, run_id, rows)
     n_cal = p.n_copied + len(rows)
     if n_cal and not conn.execute(UNLABELLED_SQL, {"r": run_id}).scalar_one():
