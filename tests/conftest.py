@@ -44,6 +44,15 @@ def db_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def harness():
+    """Prefect's test harness (a temporary API), once per session: it takes 12-20 s to start."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
 def engine(db_url):
     from checkworthy.db import get_engine
 

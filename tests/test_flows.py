@@ -28,14 +28,6 @@ sys.path.insert(0, str(ROOT))
 SEED = 3003  # a lineage of its own: clef2024:calibration:seed=3003
 
 
-@pytest.fixture(scope="session")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.fixture(scope="module")
 def flows(harness):
     import flows.pipeline as fp
