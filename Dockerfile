@@ -43,5 +43,5 @@ RUN useradd --system --create-home --uid 10001 checkworthy \
  && chown -R checkworthy:checkworthy /app /var/lib/checkworthy
 USER checkworthy
 
-# the compose file runs `python -m checkworthy.audit bootstrap` (migrate) or the Prefect worker
-CMD ["python", "-m", "checkworthy.audit", "bootstrap"]
+# the compose file runs `python -m checkworthy.store.audit bootstrap` (migrate) or the Prefect worker
+CMD ["python", "-m", "checkworthy.store.audit", "bootstrap"]

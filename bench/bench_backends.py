@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_* live in the repo
 
 from checkworthy.config import DATA_DIR, quiet_offline_env  # noqa: E402
-from checkworthy.datasets import load_claimbuster  # noqa: E402
+from checkworthy.data.datasets import load_claimbuster  # noqa: E402
 from checkworthy.scorers.ollama_backend import OllamaScorer, RetryPolicy  # noqa: E402
 from checkworthy.scorers.openai_backend import OpenAIScorer  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
@@ -76,8 +76,8 @@ def main() -> None:
                     rows.append(("openai", f"{'sse' if stream else 'json'}, {conc} in flight",
                                  f"{latency * 1000:.0f} ms", r))
 
-    from checkworthy.embeddings import embed
     from checkworthy.scorers import classifier
+    from checkworthy.store.embeddings import embed
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

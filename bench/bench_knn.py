@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 
-from checkworthy import store
 from checkworthy.config import VAR_DIR, quiet_offline_env
-from checkworthy.db import embedded_url, get_engine
-from checkworthy.knn_sql import nearest_labelled
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.engine import embedded_url, get_engine
+from checkworthy.store.knn import nearest_labelled
 
 N_L, N_Q, DIM = 1314, 2745, 384
 

@@ -6,8 +6,8 @@ embeddings are clustered too), uniform scores, k = 5. A complete full run on tha
 the parent. Then 100 new labelled claims arrive (a new label-set version) and the calibration is
 brought up to date twice, through the real code paths:
 
-- incremental: ``checkworthy.recalibrate.recalibrate`` from the parent run;
-- full: ``checkworthy.calibrate.run_calibration`` (SQL kNN over every target x every labelled claim).
+- incremental: ``checkworthy.runs.recalibration.recalibrate`` from the parent run;
+- full: ``checkworthy.runs.calibration_run.run_calibration`` (SQL kNN over every target x every labelled claim).
 
 Both end as complete stored runs; the bench checks they are identical row for row and prints both
 wall times and their ratio, the incremental run's steps and the load average. Run:
@@ -31,11 +31,11 @@ import time
 
 from sqlalchemy import text
 
-from checkworthy import store
-from checkworthy.calibrate import RunSpec, run_calibration
 from checkworthy.config import EMBED_MODEL, VAR_DIR, quiet_offline_env
-from checkworthy.db import embedded_url, get_engine
-from checkworthy.recalibrate import recalibrate
+from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.recalibration import recalibrate
+from checkworthy.store import rows as store
+from checkworthy.store.engine import embedded_url, get_engine
 
 DIM, CENTROIDS = 384, 64
 
@@ -104,7 +104,7 @@ def _time_steps() -> dict[str, float]:
     parent's rows and the targets' vectors, prefilter, while worker threads fetch the candidates'
     exact distances and copy the unaffected rows found so far); compute (merge + NN-PPI); store
     (waiting for those copies, the rest of the unaffected rows, COPY of the recomputed ones)."""
-    from checkworthy import recalibrate as rc
+    from checkworthy.runs import recalibration as rc
 
     split: dict[str, float] = {}
     for name, label in (("pool_changes", "pools"), ("plan", "plan"), ("compute_incremental", "compute"),

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from checkworthy.config import DATA_DIR
+from checkworthy.data.versioning import ensure_data
 from checkworthy.scorers.embedded_gemma import PAPER, EmbeddedGemmaScorer
-from checkworthy.versioning import ensure_data
 
 DATA = DATA_DIR / "raw" / "clef2024" / "CT24_checkworthy_english_dev-test.tsv"  # the project's DVC copy
 

@@ -35,7 +35,7 @@ def raw_path(*parts: str) -> Path:
 def db_url() -> str:
     """A fresh cluster per session under var/ (the server runs as its own OS user when we are
     root, so it must be able to reach its folder; pytest's 0700 tmp dirs would lock it out)."""
-    from checkworthy.db import embedded_url
+    from checkworthy.store.engine import embedded_url
 
     if os.environ.get("TEST_DATABASE_URL"):
         return os.environ["TEST_DATABASE_URL"]
@@ -54,7 +54,7 @@ def harness():
 
 @pytest.fixture(scope="session")
 def engine(db_url):
-    from checkworthy.db import get_engine
+    from checkworthy.store.engine import get_engine
 
     eng = get_engine(db_url)
     yield eng
@@ -64,7 +64,7 @@ def engine(db_url):
 @pytest.fixture(scope="session", autouse=True)
 def project_data() -> None:
     """A fresh clone has no data/: pull it with real DVC from the project's own remote."""
-    from checkworthy.versioning import ensure_data
+    from checkworthy.data.versioning import ensure_data
 
     ensure_data()
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from checkworthy.prompt import SLOT_CLOSE, SLOT_OPEN
+from checkworthy.scorers.prompt import SLOT_CLOSE, SLOT_OPEN
 
 
 @dataclass

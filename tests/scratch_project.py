@@ -26,9 +26,10 @@ import numpy as np
 import yaml
 from sqlalchemy import text
 
-from checkworthy import labels, store
 from checkworthy.config import CODE_ROOT
-from checkworthy.datasets import load_clef, normalise_text
+from checkworthy.data.datasets import load_clef, normalise_text
+from checkworthy.runs import label_updates as labels
+from checkworthy.store import rows as store
 from tests.conftest import ROOT, raw_path
 
 CLEF_FILES = (("train", "CT24_checkworthy_english_train.tsv"),
@@ -159,7 +160,7 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 60
 FIRST_CALIBRATIONS = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from flows.pipeline import pipeline_flow
+from checkworthy.flows.pipeline import pipeline_flow
 out = pipeline_flow(commit_data=False)  # the project of CHECKWORTHY_ROOT, the params of CHECKWORTHY_PARAMS
 print("runs", sorted(out["run_ids"]))
 """

@@ -18,12 +18,12 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import Engine, bindparam, text
 from sqlalchemy.exc import DBAPIError
 
-from checkworthy import store
-from checkworthy.calibrate import RunSpec, run_calibration
 from checkworthy.config import EMBED_MODEL
-from checkworthy.datasets import Claim, load_clef
-from checkworthy.embeddings import ensure_embeddings
+from checkworthy.data.datasets import Claim, load_clef
+from checkworthy.runs.calibration_run import RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings
 from tests.conftest import raw_path
 
 RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise

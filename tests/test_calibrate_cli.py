@@ -5,8 +5,8 @@ import csv
 import numpy as np
 import pytest
 
-from checkworthy.cli import main
-from checkworthy.datasets import load_clef
+from checkworthy.cli.main import main
+from checkworthy.data.datasets import load_clef
 from tests.conftest import raw_path, table_counts
 
 K = 5

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from checkworthy import calibration as cal
+from checkworthy.method import nnppi as cal
 
 
 def test_theta_is_score_plus_mean_residual():

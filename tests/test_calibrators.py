@@ -9,7 +9,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.frozen import FrozenEstimator
 
-from checkworthy.calibrators import (
+from checkworthy.method.calibrators import (
     CALIBRATORS,
     ConformalSets,
     IdentityCalibrator,
@@ -20,7 +20,7 @@ from checkworthy.calibrators import (
     make_calibrator,
     prediction_sets,
 )
-from checkworthy.intervals import conformal_quantile, label_sets, summarise_sets
+from checkworthy.method.intervals import conformal_quantile, label_sets, summarise_sets
 
 ALPHA = 0.05
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from checkworthy.config import EMBED_MODEL, VAR_DIR
-from checkworthy.datasets import normalise_text
+from checkworthy.data.datasets import normalise_text
 from checkworthy.scorers import classifier
 from checkworthy.scorers.base import OK
 from checkworthy.scorers.registry import make_scorer

@@ -13,16 +13,19 @@ from scipy.special import expit
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from checkworthy import comparison, metrics, report, store
-from checkworthy.calibrate import RunSpec, run_calibration
-from checkworthy.cli import main
-from checkworthy.comparison import CompareInputs, CompareOptions, MetricRow, compare, targets_met
-from checkworthy.corrections import LabelledSet
-from checkworthy.datasets import load_clef
-from checkworthy.embeddings import ensure_embeddings
-from checkworthy.evaluate import load_metrics
-from checkworthy.intervals import INTERVAL_METHODS
+from checkworthy.cli.main import main
+from checkworthy.data.datasets import load_clef
+from checkworthy.method import metrics
+from checkworthy.method.corrections import LabelledSet
+from checkworthy.method.intervals import INTERVAL_METHODS
+from checkworthy.report import build as report
+from checkworthy.report import comparison
+from checkworthy.report.comparison import CompareInputs, CompareOptions, MetricRow, compare, targets_met
+from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.evaluation import load_metrics
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings
 from tests.conftest import raw_path
 
 # ------------------------------------------------------------------------------ pure part

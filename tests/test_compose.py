@@ -4,7 +4,7 @@ There is no Docker engine here (and no `docker compose` plugin), so the file is 
 PyYAML and its variables are interpolated the way Compose does; what can be executed is
 executed for real: the migrate service's command against a real Postgres, the Dockerfile's DVC
 step on the exact build context its .dockerignore lets in, Prefect's own settings parser on the
-PREFECT_* variables, the Ollama client's host parser on OLLAMA_HOST, checkworthy.db on
+PREFECT_* variables, the Ollama client's host parser on OLLAMA_HOST, checkworthy.store.engine on
 DATABASE_URL. `docker compose config` runs too when the plugin is installed.
 """
 
@@ -26,9 +26,9 @@ import yaml
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from checkworthy import audit
 from checkworthy.config import ROOT
-from checkworthy.datasets import KNOWN_SHA256
+from checkworthy.data.datasets import KNOWN_SHA256
+from checkworthy.store import audit
 
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -100,7 +100,7 @@ def code_env_names() -> set[str]:
     names = set()
     for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "flows").rglob("*.py")]:
         names |= set(pattern.findall(path.read_text(encoding="utf-8")))
-    names |= {var for _, user, _, pw in audit.LOGINS for var in (user, pw)}  # checkworthy.audit bootstrap
+    names |= {var for _, user, _, pw in audit.LOGINS for var in (user, pw)}  # checkworthy.store.audit bootstrap
     return names
 
 
@@ -213,14 +213,14 @@ def test_app_environment_is_what_the_code_reads(compose):
 
 
 def test_database_urls_point_at_the_db_service_with_the_right_logins(compose, monkeypatch):
-    from checkworthy.db import database_url
+    from checkworthy.store.engine import database_url
 
     example = env_example()
     db = compose["services"]["db"]["environment"]
     expected_user = {"migrate": db["POSTGRES_USER"], "worker": example["PIPELINE_DB_USER"]}
     for name in APP_SERVICES:
         monkeypatch.setenv("DATABASE_URL", compose["services"][name]["environment"]["DATABASE_URL"])
-        url = make_url(database_url())  # exactly what checkworthy.db does with it
+        url = make_url(database_url())  # exactly what checkworthy.store.engine does with it
         assert url.drivername == "postgresql+psycopg"
         assert (url.host, url.port, url.database) == ("db", 5432, db["POSTGRES_DB"])
         assert url.username == expected_user[name]
@@ -370,7 +370,7 @@ def test_build_context_holds_what_the_image_needs_and_nothing_secret(tmp_path):
                            capture_output=True, text=True, check=True).stdout.split()
     context = [f for f in files if (ROOT / f).is_file() and _dockerignore_allows(f, patterns)]
     for needed in ("pyproject.toml", "README.md", "alembic.ini", "params.yaml", "data.dvc", ".dvc/config",
-                   "src/checkworthy/db.py", "src/checkworthy/audit.py", "requirements/base.txt",
+                   "src/checkworthy/store/engine.py", "src/checkworthy/store/audit.py", "requirements/base.txt",
                    "requirements/constraints.txt"):
         assert needed in context, needed
     assert any(f.startswith("migrations/versions/") for f in context)

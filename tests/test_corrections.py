@@ -10,7 +10,7 @@ from scipy.optimize import minimize_scalar
 from scipy.spatial import cKDTree
 from sklearn.metrics import f1_score
 
-from checkworthy.corrections import (
+from checkworthy.method.corrections import (
     CORRECTIONS,
     Choice,
     LabelledSet,
@@ -261,7 +261,7 @@ def test_exclude_same_group_by_hand():
 
 def test_neighbour_scores_as_seen_from_each_claim_replace_c_of_the_neighbours():
     """Hand-computed: L = 3 claims; nbr_c gives claim 0's view of its neighbours' scores."""
-    from checkworthy.corrections import LabelledSet, Neighbourhood, correction_paper
+    from checkworthy.method.corrections import LabelledSet, Neighbourhood, correction_paper
 
     cal = LabelledSet(y=np.array([1, 0, 1]), c=np.array([0.5, 0.2, 0.9]),
                       nbr=np.array([[1, 2], [0, 2], [0, 1]]),

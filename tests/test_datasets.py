@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checkworthy.datasets import (
+from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
     KNOWN_SHA256,

@@ -1,4 +1,4 @@
-"""The served deployments (flows/deploy.py) and the worker's (prefect.yaml) are the same five:
+"""The served deployments (src/checkworthy/flows/deploy.py) and the worker's (prefect.yaml) are the same five:
 same flows, schedules, event triggers and concurrency limits."""
 
 import sys
@@ -6,7 +6,7 @@ import sys
 import yaml
 
 from checkworthy.config import ROOT
-from checkworthy.events import GUIDELINES_UPDATED, LABELS_UPDATED
+from checkworthy.store.provenance import GUIDELINES_UPDATED, LABELS_UPDATED
 
 sys.path.insert(0, str(ROOT))
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 def test_served_deployments_match_prefect_yaml(monkeypatch):
     for var in ("CHECKWORTHY_PIPELINE_CRON", "CHECKWORTHY_NEW_CLAIMS_INTERVAL", "CHECKWORTHY_WATCH_INTERVAL"):
         monkeypatch.delenv(var, raising=False)
-    from flows.deploy import deployments
+    from checkworthy.flows.deploy import deployments
 
     served = {d.name: d for d in deployments()}
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text(encoding="utf-8"))

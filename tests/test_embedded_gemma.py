@@ -7,7 +7,6 @@ import json
 import pytest
 import torch
 
-from checkworthy.prompt import SUFFIX_TAIL, build_prompt, load_guidelines, parse_score
 from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
 from checkworthy.scorers.embedded_gemma import (
     ABLATION_T01,
@@ -16,6 +15,7 @@ from checkworthy.scorers.embedded_gemma import (
     PAPER,
     EmbeddedGemmaScorer,
 )
+from checkworthy.scorers.prompt import SUFFIX_TAIL, build_prompt, load_guidelines, parse_score
 
 pytestmark = pytest.mark.slow
 

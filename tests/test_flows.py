@@ -16,10 +16,11 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from checkworthy import labels, store
-from checkworthy.datasets import load_clef, normalise_text
+from checkworthy.data.datasets import load_clef, normalise_text
+from checkworthy.runs import label_updates as labels
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.registry import prompt_info
+from checkworthy.store import rows as store
 from tests.conftest import ROOT, raw_path
 from tests.scratch_project import make_scratch_project, text_score
 from tests.test_recalibrate import assert_incremental_equals_full
@@ -30,7 +31,7 @@ SEED = 3003  # a lineage of its own: clef2024:calibration:seed=3003
 
 @pytest.fixture(scope="module")
 def flows(harness):
-    import flows.pipeline as fp
+    import checkworthy.flows.pipeline as fp
 
     return fp
 

@@ -8,7 +8,7 @@ files (byte flips, stray quotes and delimiters, NULs, truncation, swapped or dou
 check the property that matters whatever the bytes: a parser either returns rows that
 satisfy its invariants or raises ``DataError`` with the file and a row, never anything else.
 
-Every reader shares one record parser (``checkworthy.tabular`` on ``datasets.parse_delimited``),
+Every reader shares one record parser (``checkworthy.data.user_csv`` on ``datasets.parse_delimited``),
 so every case below names its field; a case may carry an ``xfail(strict=True)`` reason when a
 known gap is recorded, which flips to a failure once fixed.
 """
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from checkworthy.byo import read_scored_csv
-from checkworthy.cli import main
+from checkworthy.cli.main import main
 from checkworthy.config import ROOT
-from checkworthy.datasets import load_claimbuster, load_clef
+from checkworthy.data.datasets import load_claimbuster, load_clef
 from checkworthy.errors import DataError
+from checkworthy.runs.own_scores import read_scored_csv
 from tests.conftest import raw_path, table_counts
 
 HEADER = "id,text,score,label"
@@ -166,7 +166,7 @@ def test_calibrate_process_exits_non_zero(db_url, tmp_path, case):
     bad = tmp_path / "L.csv"
     bad.write_bytes(BYO_CASES[case][0])
     proc = subprocess.run(
-        [sys.executable, "-m", "checkworthy.cli", "calibrate", "--labeled", str(bad), "--unlabeled",
+        [sys.executable, "-m", "checkworthy.cli.main", "calibrate", "--labeled", str(bad), "--unlabeled",
          str(_u_file(tmp_path)), "--k", "2", "--out", str(tmp_path / "OUT.csv")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={"PATH": "/usr/bin:/bin", "DATABASE_URL": db_url, "HOME": str(tmp_path)},
@@ -204,7 +204,7 @@ LABEL_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
 
 @pytest.mark.parametrize("case", _case_params(LABEL_CASES))
 def test_label_file_names_file_row_and_field(tmp_path, case):
-    from checkworthy.labels import read_label_csv
+    from checkworthy.runs.label_updates import read_label_csv
 
     data, row, field, _ = LABEL_CASES[case]
     assert_refused(read_label_csv, tmp_path / "labels.csv", data, row, field)
@@ -252,7 +252,7 @@ SCORE_INPUT_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
 
 @pytest.mark.parametrize("case", _case_params(SCORE_INPUT_CASES))
 def test_score_input_names_file_row_and_field(tmp_path, case):
-    from checkworthy.score_cli import read_input
+    from checkworthy.cli.score import read_input
 
     data, row, field, _ = SCORE_INPUT_CASES[case]
     assert_refused(read_input, tmp_path / "in.csv", data, row, field)
@@ -453,7 +453,7 @@ def _check_byo(path: Path) -> None:
 
 
 def _check_score_input(path: Path) -> None:
-    from checkworthy.score_cli import read_input
+    from checkworthy.cli.score import read_input
 
     rows = read_input(path)
     assert rows and len({i for i, _ in rows}) == len(rows) and all(t.strip() for _, t in rows)

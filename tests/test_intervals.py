@@ -17,9 +17,9 @@ from crepes import ConformalRegressor
 from scipy import stats
 from scipy.spatial import cKDTree
 
-from checkworthy import calibration, metrics
-from checkworthy.corrections import CORRECTIONS
-from checkworthy.intervals import (
+from checkworthy.method import metrics, nnppi
+from checkworthy.method.corrections import CORRECTIONS
+from checkworthy.method.intervals import (
     INTERVAL_METHODS,
     LabelledSet,
     Neighbourhood,
@@ -137,7 +137,7 @@ def test_z_interval_reproduces_paper_formula_exactly():
 
 def test_z_interval_is_the_paper_module_interval_unclipped():
     nb = small_case()
-    res = calibration.nnppi(nb.c, nb.y_nbr(), nb.c_nbr(), alpha=ALPHA)
+    res = nnppi.nnppi(nb.c, nb.y_nbr(), nb.c_nbr(), alpha=ALPHA)
     lo, hi = interval_z(nb, ALPHA)
     np.testing.assert_array_equal(lo, res.ci_low)
     np.testing.assert_array_equal(hi, res.ci_high)

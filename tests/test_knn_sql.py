@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from checkworthy import store
-from checkworthy.datasets import load_clef
-from checkworthy.embeddings import ensure_embeddings, load_embeddings
-from checkworthy.knn_sql import nearest_labelled
+from checkworthy.data.datasets import load_clef
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
+from checkworthy.store.knn import nearest_labelled
 from tests.conftest import raw_path
 
 N_LAB, N_Q = 120, 40

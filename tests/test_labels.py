@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from checkworthy import labels, store
+from checkworthy.data.validation import Bounds
 from checkworthy.errors import DataError
-from checkworthy.validation import Bounds
+from checkworthy.runs import label_updates as labels
+from checkworthy.store import rows as store
 from tests.scratch_project import make_dvc_repo
 from tests.test_recalibrate import build_world
 

@@ -16,7 +16,8 @@ import re
 import pytest
 from sqlalchemy import create_engine, text
 
-from checkworthy import labels, store
+from checkworthy.runs import label_updates as labels
+from checkworthy.store import rows as store
 from tests.conftest import table_counts
 from tests.scratch_project import (
     first_calibrations,

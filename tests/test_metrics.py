@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score, precision_recall_fscore_support
 
-from checkworthy import metrics
+from checkworthy.method import metrics
 
 Y = [1, 1, 0, 0, 0]
 P = [1, 0, 0, 0, 1]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from checkworthy import prompt
+from checkworthy.scorers import prompt
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE
 from checkworthy.scorers.ollama_backend import (
     ANSWER_SCHEMA,
@@ -25,7 +25,7 @@ from checkworthy.scorers.ollama_backend import (
     parse_retry_after,
 )
 from checkworthy.scorers.registry import make_scorer
-from checkworthy.store import params_hash
+from checkworthy.store.rows import params_hash
 from tests.fake_ollama import FakeOllama, statement_of
 
 FAST = RetryPolicy(max_retries=3, backoff=0.01, backoff_max=0.05)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from checkworthy import prompt
+from checkworthy.scorers import prompt
 from checkworthy.scorers.base import ERROR, OK, OUT_OF_RANGE
 from checkworthy.scorers.ollama_backend import ANSWER_SCHEMA, BackendError, RetryPolicy, chat_prompt
 from checkworthy.scorers.openai_backend import OpenAIScorer

@@ -10,7 +10,7 @@ import json
 import pytest
 from sqlalchemy import text
 
-from checkworthy.cli import main
+from checkworthy.cli.main import main
 from tests.conftest import table_counts
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import matplotlib as mpl
 import pytest
 from matplotlib.image import imread
 
-from checkworthy import plots
+from checkworthy.report import plots
 
 SERIES = {"baseline": [(1, 0.2), (3, 0.2), (10, 0.2)], "knn": [(1, 0.6), (3, 0.7), (10, 0.72)],
           "nnppi": [(1, 0.65), (3, 0.74), (10, 0.78)]}

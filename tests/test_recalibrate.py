@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from checkworthy import labels, store
-from checkworthy import recalibrate as recalibrate_module
-from checkworthy.calibrate import RunSpec, compute, load_results, run_calibration, run_key
-from checkworthy.datasets import Claim, load_clef, normalise_text
-from checkworthy.embeddings import ensure_embeddings
-from checkworthy.recalibrate import fast_run_key, find_parent, recalibrate, spec_from_run
+from checkworthy.data.datasets import Claim, load_clef, normalise_text
+from checkworthy.runs import label_updates as labels
+from checkworthy.runs import recalibration as recalibrate_module
+from checkworthy.runs.calibration_run import RunSpec, compute, load_results, run_calibration, run_key
+from checkworthy.runs.recalibration import fast_run_key, find_parent, recalibrate, spec_from_run
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings
 from tests.conftest import raw_path
 
 K = 5

@@ -23,14 +23,15 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from checkworthy import report, store
-from checkworthy.calibrate import RunContext, RunSpec, run_calibration
-from checkworthy.cli import main
+from checkworthy.cli.main import main
 from checkworthy.config import DVC_REPORT, ROOT
-from checkworthy.datasets import load_clef
-from checkworthy.embeddings import ensure_embeddings
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.versioning import dvc_data_hash, record_data_version
+from checkworthy.report import build as report
+from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
-from checkworthy.versioning import dvc_data_hash, record_data_version
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings
 from tests.conftest import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply
@@ -287,7 +288,7 @@ def test_k_sweep_reproduces_every_stored_run(world, engine):
 
 def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
     """Re-ranking the full-pool lists within a subsample gives exactly SQL's kNN on that subsample."""
-    from checkworthy import ablations
+    from checkworthy.report import analyses
 
     w, _ = world
     with engine.connect() as conn:
@@ -307,10 +308,10 @@ def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
         y, c = np.array([gold[i] for i in targets]), np.array([scores[i] for i in targets])
         assert info["n_fallback"] > 0  # k_big = 25 is short for the small subsamples
         for size, seed, k in [(10, 0, 10), (20, 2, 5), (40, 1, 3), (70, 0, 10)]:
-            subsets = ablations.stratified_nested_subsamples(pool.labels, info["sizes"], seed)
+            subsets = analyses.stratified_nested_subsamples(pool.labels, info["sizes"], seed)
             pos = subsets[info["sizes"].index(size)]
             sql_ids = report.neighbour_lists(conn, run, targets, k, subset=pool.ids[pos])
-            expected = ablations.evaluate(y, c, sql_ids, pool, run["alpha"], run["threshold"])
+            expected = analyses.evaluate(y, c, sql_ids, pool, run["alpha"], run["threshold"])
             assert stored[(k, size, seed)] == pytest.approx(expected[("nnppi", "weighted_f1", "all")],
                                                             abs=1e-12)
 
@@ -376,7 +377,7 @@ def test_rerender_is_byte_identical(world, engine, use_db, tmp_path, capsys):
 
 def test_dvc_reads_the_stored_numbers(world, engine, tmp_path):
     w, path = world
-    from checkworthy.versioning import dvc_env
+    from checkworthy.data.versioning import dvc_env
 
     repo = tmp_path / "repo"
     shutil.copytree(path.parent, repo / "reports" / "report-world")

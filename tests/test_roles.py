@@ -17,11 +17,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from checkworthy import audit
-from checkworthy.byo import calibrate_files
-from checkworthy.cli import main
+from checkworthy.cli.main import main
 from checkworthy.config import ROOT
-from checkworthy.db import get_engine
+from checkworthy.runs.own_scores import calibrate_files
+from checkworthy.store import audit
+from checkworthy.store.engine import get_engine
 from tests.test_append_only import clef_claims
 
 DENIED = "42501"  # insufficient_privilege

@@ -13,8 +13,14 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from checkworthy import calibration, store
-from checkworthy.calibrate import (
+from checkworthy.cli.main import main
+from checkworthy.data.datasets import load_clef
+from checkworthy.method import nnppi
+from checkworthy.method.calibrators import CALIBRATORS, fitted_params
+from checkworthy.method.corrections import estimate_lambda, select_by_cv
+from checkworthy.method.embedding_head import fit_head
+from checkworthy.method.intervals import INTERVAL_METHODS, conformal_quantile
+from checkworthy.runs.calibration_run import (
     CV_KS,
     RunContext,
     RunSpec,
@@ -25,15 +31,10 @@ from checkworthy.calibrate import (
     load_run,
     run_calibration,
 )
-from checkworthy.calibrators import CALIBRATORS, fitted_params
-from checkworthy.cli import main
-from checkworthy.corrections import estimate_lambda, select_by_cv
-from checkworthy.datasets import load_clef
-from checkworthy.embedding_head import fit_head
-from checkworthy.embeddings import ensure_embeddings, load_embeddings
-from checkworthy.intervals import INTERVAL_METHODS, conformal_quantile
-from checkworthy.pipeline import PreparedDataset, calibrate_dataset
+from checkworthy.runs.main_job import PreparedDataset, calibrate_dataset
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
 from tests.conftest import raw_path, table_counts
 
 N_LAB, N_ALL, K = 90, 130, 5
@@ -87,7 +88,7 @@ def test_default_is_the_papers_nnppi_and_records_its_methods(engine, world):
     rows, run = rows_of(engine, rid)
     y_nbr, c_nbr = nbr_arrays(w, rows)
     c = np.array([r["score"] for r in rows])
-    res = calibration.nnppi(c, y_nbr, c_nbr)
+    res = nnppi.nnppi(c, y_nbr, c_nbr)
     np.testing.assert_allclose([r["theta"] for r in rows], res.theta, atol=1e-12)
     np.testing.assert_allclose([r["ci_low"] for r in rows], res.ci_low, atol=1e-12)
     assert run["interval_method"] == "z" and run["params"]["correction"] == "paper"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkworthy.sampling import balanced_sample, make_rng, nested_subsamples, subsample
+from checkworthy.method.sampling import balanced_sample, make_rng, nested_subsamples, subsample
 
 # --------------------------------------------------------------------------- balanced_sample
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from checkworthy.cli import main
+from checkworthy.cli.main import main
 from checkworthy.scorers import classifier
 from tests.conftest import table_counts
 from tests.fake_ollama import FakeOllama

@@ -2,7 +2,7 @@
 "A scheduled run actually runs", automated).
 
 A ``prefect server start`` subprocess (SQLite in its own PREFECT_HOME, short service loops) and a
-second subprocess serving the project's deployments (``python flows/deploy.py``, the watch interval
+second subprocess serving the project's deployments (``python src/checkworthy/flows/deploy.py``, the watch interval
 shortened) work on a scratch project (``CHECKWORTHY_ROOT``: a git + DVC repository with the raw
 CLEF files and its own DVC remote; imported scores; a fresh database on the session's Postgres, so
 that the label file and the guidelines baseline of ``watch`` reach no other test's lineages).
@@ -28,8 +28,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from checkworthy import labels
 from checkworthy.config import CODE_ROOT
+from checkworthy.runs import label_updates as labels
 from tests.scratch_project import (
     first_calibrations,
     free_port,

@@ -9,10 +9,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from checkworthy import labels, store, validation
-from checkworthy.calibrate import RunSpec, run_calibration
-from checkworthy.datasets import normalise_text
-from checkworthy.recalibrate import runs_in_force
+from checkworthy.data import validation
+from checkworthy.data.datasets import normalise_text
+from checkworthy.runs import label_updates as labels
+from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.recalibration import runs_in_force
+from checkworthy.store import rows as store
 from tests.conftest import table_counts
 from tests.test_labels import write_csv
 from tests.test_recalibrate import build_world, clef

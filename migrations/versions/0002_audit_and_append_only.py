@@ -1,7 +1,7 @@
 """Audit roles, append-only enforcement and audit views (issue 7).
 
 Roles (cluster-wide, NOLOGIN group roles; people and services log in as *members*, created
-with passwords from the environment by ``python -m checkworthy.audit bootstrap``, so no
+with passwords from the environment by ``python -m checkworthy.store.audit bootstrap``, so no
 secret ever sits in a migration):
 
 - ``checkworthy_owner``   owns every table and view and runs the migrations. The login

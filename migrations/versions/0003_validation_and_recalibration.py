@@ -2,7 +2,7 @@
 
 - Provenance: every table a pipeline task writes gets the Prefect flow-run id of the run that
   wrote the row. A BEFORE INSERT trigger fills ``flow_run_id`` from the transaction-local
-  setting ``checkworthy.flow_run_id`` (set by ``checkworthy.events.stamped``), so the existing
+  setting ``checkworthy.flow_run_id`` (set by ``checkworthy.store.provenance.stamped``), so the existing
   store functions need no extra parameter. ``flow_runs`` and ``flow_run_data_versions``
   attach each data version (DVC hash + git revision) to every flow run that used it.
 - Label history: ``label_updates`` (one row per applied CSV, keyed by its sha256),

@@ -18,7 +18,7 @@ REPORTS_DIR = ROOT / "reports"
 DVC_REPORT = "dvc"  # the report `dvc repro` renders: reports/dvc/ (dvc.yaml's metrics and plots)
 #: the parameters file; production sets CHECKWORTHY_PARAMS=params.production.yaml (docker-compose.yml)
 PARAMS_FILE = Path(os.environ.get("CHECKWORTHY_PARAMS", ROOT / "params.yaml"))
-GUIDELINES_FILE = Path(__file__).resolve().parent / "guidelines" / "checkworthiness.yaml"
+GUIDELINES_FILE = Path(__file__).resolve().parent / "scorers" / "guidelines" / "checkworthiness.yaml"
 
 EMBED_MODEL = "all-MiniLM-L6-v2"
 EMBED_DIM = 384

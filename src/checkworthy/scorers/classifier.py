@@ -1,7 +1,7 @@
 """A supervised check-worthiness classifier as a predictor J (where the paper's fine-tuned XLM-R stands).
 
 Model: a logistic-regression head on the project's MiniLM sentence embeddings
-(``checkworthy.embeddings.embed``), small enough to keep in git (one JSON file of 385 numbers).
+(``checkworthy.store.embeddings.embed``), small enough to keep in git (one JSON file of 385 numbers).
 
 Leakage, which is the point of this module:
 
@@ -48,7 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL, ROOT, VAR_DIR
-from checkworthy.datasets import CLAIMBUSTER, CLEF, Claim, build_splits, normalise_text
+from checkworthy.data.datasets import CLAIMBUSTER, CLEF, Claim, build_splits, normalise_text
 from checkworthy.scorers.base import OK, Score
 
 ARTEFACT_ROOT = ROOT / "models" / "classifier"
@@ -77,8 +77,8 @@ def paper_c(p: float) -> float:
 def load_groups(seed: int, n_per_class: Mapping[str, int | None]) -> dict[str, list[Claim]]:
     """Every labelled claim by ``dataset:split``, plus the calibration sets as ``dataset:calibration``."""
     from checkworthy.config import DATA_DIR
-    from checkworthy.datasets import load_clef
-    from checkworthy.pipeline import load_dataset
+    from checkworthy.data.datasets import load_clef
+    from checkworthy.runs.main_job import load_dataset
 
     groups: dict[str, list[Claim]] = defaultdict(list)
     for name in (CLAIMBUSTER, CLEF):
@@ -172,7 +172,7 @@ def embed_cached(texts: Sequence[str], cache: Path | None = None, embedder: Embe
     """MiniLM embeddings, reusing a local cache (``var/cache``): embedding 24k texts on 2 shared CPU
     cores takes minutes, and training is rerun more often than the texts change."""
     if embedder is None:
-        from checkworthy.embeddings import embed as embedder
+        from checkworthy.store.embeddings import embed as embedder
     if cache is None:
         return embedder(texts)
     hashes = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
@@ -304,7 +304,7 @@ def fit_head(x: NDArray[np.float32], y: Sequence[int], c: float | None, seed: in
 def evaluate(art: Artefact, groups: Mapping[str, Sequence[Claim]], splits: Sequence[str] = TEST_SPLITS,
              embedder: Embedder | None = None, cache: Path | None = None) -> dict[str, dict[str, Any]]:
     """Test metrics on each split that the artefact excluded from training (others are refused)."""
-    from checkworthy.metrics import classification_report
+    from checkworthy.method.metrics import classification_report
 
     excluded = set(art.manifest.get("training_data", {}).get("excluded", {}))
     out: dict[str, dict[str, Any]] = {}
@@ -347,7 +347,7 @@ def train(
 ) -> Artefact:
     """Train, save and evaluate a classifier; seed and calibration sizes default to params.yaml."""
     from checkworthy.config import load_params
-    from checkworthy.versioning import git_rev
+    from checkworthy.data.versioning import git_rev
 
     params = load_params()
     seed = params["seed"] if seed is None else seed
@@ -422,7 +422,7 @@ class ClassifierScorer:
         if self._embedder is not None:
             x = self._embedder(list(texts))
         else:
-            from checkworthy.embeddings import embed
+            from checkworthy.store.embeddings import embed
 
             x = embed(list(texts), batch_size=self.batch_size)
         out = []

@@ -53,7 +53,8 @@ from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask  # noqa: E402
 
-from checkworthy.prompt import (  # noqa: E402
+from checkworthy.scorers.base import NOT_A_NUMBER, OK, Score  # noqa: E402
+from checkworthy.scorers.prompt import (  # noqa: E402
     DEFAULT_GUIDELINES,
     PREFILL,
     SCORE_TERMINATORS,
@@ -65,7 +66,6 @@ from checkworthy.prompt import (  # noqa: E402
     parse_score,
     prompt_version,
 )
-from checkworthy.scorers.base import NOT_A_NUMBER, OK, Score  # noqa: E402
 
 SPEC = "embedded:gemma3-270m"
 #: bump when the token_prob formula changes

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from checkworthy.data.user_csv import id_and_text, read_rows
 from checkworthy.errors import DataError
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, UNPARSEABLE, Score, check_score
-from checkworthy.tabular import id_and_text, read_rows
 
 DEFAULT_KIND = "imported"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -47,7 +47,7 @@ def _loose(text: str) -> str:
 def read_score_file(path: Path, score_column: str = "score") -> tuple[dict[str, Score], str]:
     """``{text: Score}`` and the file's sha256; raise :class:`DataError` on structural problems.
 
-    Parsing (encoding, NUL bytes, quoting, field counts, sizes) is :mod:`checkworthy.tabular`'s;
+    Parsing (encoding, NUL bytes, quoting, field counts, sizes) is :mod:`checkworthy.data.user_csv`'s;
     a bad score *cell* is not structural: it becomes a stored failure with the cell as raw text.
     """
     name = str(path)

@@ -43,7 +43,8 @@ from typing import Any, TypeVar
 import httpx
 import ollama
 
-from checkworthy.prompt import (
+from checkworthy.scorers.base import NOT_A_NUMBER, UNPARSEABLE, Score, check_score
+from checkworthy.scorers.prompt import (
     DEFAULT_GUIDELINES,
     PREFILL,
     SCORE_TERMINATORS,
@@ -53,7 +54,6 @@ from checkworthy.prompt import (
     parse_score,
     prompt_version,
 )
-from checkworthy.scorers.base import NOT_A_NUMBER, UNPARSEABLE, Score, check_score
 
 T = TypeVar("T")
 

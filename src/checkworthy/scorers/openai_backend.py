@@ -38,7 +38,6 @@ from typing import Any
 
 import openai
 
-from checkworthy.prompt import DEFAULT_GUIDELINES, load_guidelines, prompt_version
 from checkworthy.scorers.base import ERROR, Score
 from checkworthy.scorers.ollama_backend import (
     ANSWER_SCHEMA,
@@ -54,6 +53,7 @@ from checkworthy.scorers.ollama_backend import (
     parse_retry_after,
     run_bounded,
 )
+from checkworthy.scorers.prompt import DEFAULT_GUIDELINES, load_guidelines, prompt_version
 
 #: Azure API version used when none is configured (GA, supports json_schema structured outputs)
 AZURE_DEFAULT_API_VERSION = "2024-10-21"

@@ -18,7 +18,7 @@ NO_PROMPT: PromptInfo = ("none", "", "")
 
 def prompt_info(guidelines_path: str | Path | None = None) -> PromptInfo:
     """The prompt version of a guidelines file, with its text, for the store."""
-    from checkworthy import prompt
+    from checkworthy.scorers import prompt
 
     path = Path(guidelines_path or prompt.DEFAULT_GUIDELINES)
     return prompt.prompt_version(path), path.read_text(encoding="utf-8"), prompt.TEMPLATE_VERSION

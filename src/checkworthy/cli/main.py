@@ -1,0 +1,347 @@
+"""``checkworthy``: the command line (run the main job, calibrate your own scores, report)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
+from checkworthy.errors import DataError
+
+
+def _engine():
+    from checkworthy.store.engine import get_engine
+
+    return get_engine()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The main job: both datasets, every k, the table beside the paper, a Markdown report."""
+    from checkworthy.report import build as report
+    from checkworthy.runs.main_job import run_pipeline
+    from checkworthy.scorers.registry import make_scorer
+
+    t0 = time.monotonic()
+    params = load_params(Path(args.params))
+    if args.limit:
+        params["limit"] = args.limit
+    engine = _engine()
+    if args.flow:  # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set)
+        result = _flows().pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
+                                        commit_data=args.commit_data, echo=True)
+        run_ids = sorted(result["run_ids"])
+    else:
+        scorers = [make_scorer(m["spec"], **{k: v for k, v in m.items() if k != "spec"},
+                               **params.get("scoring", {}))
+                   for m in params["models"]]
+        run_ids = sorted(run_pipeline(engine, params, scorers, echo=print).runs.values())
+    with engine.begin() as conn:
+        rows = report.table_rows(conn, run_ids)
+        print()
+        print(report.console_table(rows))
+        name = args.name or time.strftime("run-%Y%m%d-%H%M%S")
+        path = report.save_report(conn, name, run_ids, Path(args.reports_dir),
+                                  options=report.AnalysisOptions.from_params(params.get("report")))
+    print(f"\nreport: {path}\nwall time: {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def _flows():
+    """The Prefect flows module (``src/checkworthy/flows/pipeline.py`` beside this code, even when CHECKWORTHY_ROOT
+    puts the data elsewhere)."""
+    from checkworthy.config import CODE_ROOT
+
+    if str(CODE_ROOT) not in sys.path:
+        sys.path.insert(0, str(CODE_ROOT))
+    import checkworthy.flows.pipeline
+
+    return checkworthy.flows.pipeline
+
+
+def cmd_labels(args: argparse.Namespace) -> int:
+    """``labels add FILE``: version and validate a label file, append its labels, recalibrate.
+
+    ``labels versions [LINEAGE]``: the versions of each label-set lineage.
+    """
+    from checkworthy.runs import label_updates as labels
+
+    if args.labels_command == "versions":
+        with _engine().connect() as conn:
+            for name in [args.lineage] if args.lineage else sorted(labels.heads(conn)):
+                print(name)
+                for i, v in enumerate(labels.version_log(conn, name), 1):
+                    print(f"  v{i}: label set {v['label_set_id']} ({v['n_items']} claims, "
+                          f"{v['n_positive']} positive) {v['reason']}, {v['created_at']:%Y-%m-%d %H:%M}, "
+                          f"data {v['dvc_hash'] or '-'}")
+        return 0
+    labels.read_label_csv(Path(args.file))  # a malformed file fails before anything starts
+    out = _flows().label_update_flow(files=[str(Path(args.file).resolve())],
+                                     recalibrate_now=not args.event_only)
+    from sqlalchemy import text
+
+    for u in out["updates"]:
+        print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "
+              f"{u['n_appended']} labels appended, data version {u['data_version_id']}")
+        for name, ls in u["new_heads"].items():
+            print(f"  {name}: new label set version {ls}")
+        if u["status"] == "rejected":
+            with _engine().connect() as conn:
+                for r in conn.execute(text(
+                        "SELECT check_name, column_name, unexpected_rows, observed FROM validation_results "
+                        "WHERE validation_run_id = ANY(:v) AND NOT success ORDER BY check_name"),
+                        {"v": u["validation_run_ids"]}):
+                    where = ", ".join(f"line {x['line']}" if x.get("line") else f"claim {x['claim_id']}"
+                                      for x in r.unexpected_rows[:10])
+                    # name the field when the check is on a column of the file (not a derived one)
+                    field = f" (field {r.column_name!r})" if r.column_name in ("label", "text") else ""
+                    print(f"  failed {r.check_name}{field}: {where or f'observed {r.observed}'}")
+    recal = out.get("recalibration")
+    if recal:
+        for r in recal["runs"]:
+            print(f"  run {r['run_id']}: {r['mode']}, {r['n_recomputed']} claims recomputed, "
+                  f"{r['n_copied']} copied")
+    return 0 if all(u["status"] == "applied" for u in out["updates"]) else 1
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
+    from checkworthy.runs.calibration_run import check_methods
+    from checkworthy.runs.own_scores import calibrate_files, read_scored_csv
+
+    try:
+        check_methods(args.interval, args.correction)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # validate both files before the database is even started
+    read_scored_csv(Path(args.labeled), label_required=True)
+    read_scored_csv(Path(args.unlabeled), label_required=False)
+    outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
+                              Path(args.out), alpha=args.alpha, threshold=args.threshold,
+                              interval=args.interval, correction=args.correction)
+    print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, interval {args.interval}, "
+          f"correction {args.correction}) -> {args.out}")
+    if outcome.metrics:
+        print(f"{'method':<10} {'weighted F1':>12} {'F1 c0':>7} {'F1 c1':>7} {'accuracy':>9}")
+        for method, m in outcome.metrics.items():
+            print(f"{method:<10} {m['weighted_f1']:>12.3f} {m['f1_0']:>7.3f} {m['f1_1']:>7.3f} "
+                  f"{m['accuracy']:>9.3f}")
+        cov = outcome.metrics["nnppi"]
+        print(f"NN-PPI interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
+              f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Every interval, correction and calibrator on stored runs' inputs: compute, store, print.
+
+    A comparison already stored for a run (same options) is reused. ``--report NAME`` then
+    saves a report of the runs whose "Methods compared" section shows these comparisons.
+    """
+    from checkworthy.report import comparison
+
+    try:
+        ids = sorted({int(x) for x in args.run.split(",") if x.strip()})
+    except ValueError:
+        print(f"error: expected --run <id>[,<id>...], got {args.run!r}", file=sys.stderr)
+        return 2
+    engine = _engine()
+    cids = []
+    for rid in ids:
+        try:
+            with engine.begin() as conn:
+                cids.append(comparison.ensure_comparison(conn, rid))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    with engine.connect() as conn:
+        heads = comparison.load_heads(conn, cids)
+        for cid in cids:
+            info = heads[cid]["params"].get("info", {})
+            cv = info.get("cv_choice", {})
+            print(comparison.console_tables(
+                comparison.load_rows(conn, [cid]),
+                f"run {heads[cid]['run_id']} (comparison {cid}, {info.get('n_targets')} targets, "
+                f"|L| {info.get('n_labelled')}): CV chose {cv.get('label')} at k={cv.get('k')}"))
+            print()
+    if args.report:
+        from checkworthy.report import build as report
+
+        with engine.begin() as conn:
+            path = report.save_report(conn, args.report, ids, Path(args.reports_dir))
+        print(f"report: {path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Re-render a stored report (by name or id) from the store; ``run:<ids>`` reports given runs.
+
+    The Markdown (or, with ``--html``, the self-contained HTML page) goes to stdout, byte for
+    byte what the stored report holds; ``--out DIR`` writes the whole report directory instead
+    (report.md, report.html, figures/, plots/, metrics.json) under ``DIR/<name>/``.
+    """
+    from checkworthy.report import build as report
+
+    engine = _engine()
+    with engine.begin() as conn:
+        if args.run.startswith("run:"):
+            try:
+                ids = sorted({int(x) for x in args.run[4:].split(",") if x.strip()})
+            except ValueError:
+                print(f"error: expected run:<id>[,<id>...], got {args.run!r}", file=sys.stderr)
+                return 2
+            name = "runs-" + "-".join(map(str, ids))
+            row = report.stored_report(conn, name)
+            if row is None and ids:  # first report of these runs: analyse and store it
+                report.save_report(conn, name, ids, Path(args.out or REPORTS_DIR))
+                row = report.stored_report(conn, name)
+        else:
+            row = report.stored_report(conn, args.run)
+        if row is None:
+            print(f"no stored report named {args.run!r}", file=sys.stderr)
+            return 2
+        built = report.rerender(conn, row)
+        if args.out:
+            path = report.write_report_dir(built, Path(args.out) / row["name"])
+            print(f"report: {path}")
+        else:
+            sys.stdout.write(built.html() if args.html else built.markdown)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Why a claim got its decision: the lineage from the audit views (see docs/audit.md)."""
+    from checkworthy.store.audit import explain, find_claims, format_decision
+
+    engine = _engine()
+    with engine.connect() as conn:
+        ids = find_claims(conn, args.claim, args.dataset)
+        if not ids:
+            print(f"no claim {args.claim!r}" + (f" in dataset {args.dataset!r}" if args.dataset else ""),
+                  file=sys.stderr)
+            return 2
+        decisions = explain(conn, ids, args.run)
+    if not decisions:
+        print(f"claim {args.claim!r} has no calibrated decision"
+              + (f" in run {args.run}" if args.run else ""), file=sys.stderr)
+        return 1
+    print("\n\n".join(format_decision(d) for d in decisions))
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """Score a CSV of claims with any model spec; store the scores like the main job does."""
+    from checkworthy.cli.score import run_score
+    from checkworthy.scorers.ollama_backend import BackendError
+
+    try:
+        return run_score(args, _engine)
+    except (ValueError, FileNotFoundError, BackendError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_train_classifier(args: argparse.Namespace) -> int:
+    """Train the leakage-free classifier artefact and print its test F1."""
+    from checkworthy.cli.score import run_train
+
+    try:
+        return run_train(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="checkworthy", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="the main job: score, embed, calibrate, report")
+    r.add_argument("--params", default=str(PARAMS_FILE), help="params file (default: $CHECKWORTHY_PARAMS, "
+                   "else params.yaml of the project)")
+    r.add_argument("--name", help="report name (default: run-<timestamp>)")
+    r.add_argument("--reports-dir", default=str(REPORTS_DIR))
+    r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
+    r.add_argument("--no-flow", dest="flow", action="store_false",
+                   help="run the steps directly instead of as the Prefect pipeline flow")
+    r.add_argument("--commit-data", action="store_true",
+                   help="snapshot data/ with dvc add + dvc push first (default: record data.dvc as is)")
+    r.set_defaults(func=cmd_run)
+
+    lab = sub.add_parser("labels", help="label updates: add a label file, list label-set versions")
+    lab_sub = lab.add_subparsers(dest="labels_command", required=True)
+    la = lab_sub.add_parser("add", help="add or correct labels from a CSV id,dataset,label[,source][,text]")
+    la.add_argument("file")
+    la.add_argument("--event-only", action="store_true",
+                    help="only emit checkworthy.labels.updated (a served deployment recalibrates)")
+    la.set_defaults(func=cmd_labels)
+    lv = lab_sub.add_parser("versions", help="the versions of each label-set lineage")
+    lv.add_argument("lineage", nargs="?")
+    lv.set_defaults(func=cmd_labels)
+
+    c = sub.add_parser("calibrate", help="calibrate your own scores with NN-PPI")
+    c.add_argument("--labeled", required=True, help="CSV with id,text,score,label")
+    c.add_argument("--unlabeled", required=True, help="CSV with id,text,score[,label]")
+    c.add_argument("--k", type=int, required=True)
+    c.add_argument("--alpha", type=float, default=0.05)
+    c.add_argument("--threshold", type=float, default=0.5)
+    c.add_argument("--out", required=True)
+    c.add_argument("--interval", default="z",
+                   help="interval method: z (the paper's), t, t-pred, conformal, conformal-local, mondrian, "
+                        "mondrian-local, conformal-split, mondrian-split")
+    c.add_argument("--correction", default="paper",
+                   help="point correction: paper (NN-PPI), raw, knn, clipped, weighted, adaptive-k, ppi++, "
+                        "shrink, global, or cv (chosen by cross-validation on the labelled file); a score "
+                        "calibrator fitted on the labelled file: platt, platt-score, isotonic, temperature; "
+                        "or the embedding head (logistic regression on MiniLM vector + score): head, "
+                        "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation)")
+    c.set_defaults(func=cmd_calibrate)
+
+    cmp_ = sub.add_parser("compare", help="every interval, correction and calibrator on stored runs")
+    cmp_.add_argument("--run", required=True, help="calibration run id(s), comma-separated")
+    cmp_.add_argument("--report", help="also save a report of these runs under this name")
+    cmp_.add_argument("--reports-dir", default=str(REPORTS_DIR))
+    cmp_.set_defaults(func=cmd_compare)
+
+    rep = sub.add_parser("report", help="re-render a stored report")
+    rep.add_argument("run", help="report name or id, or run:<calibration run id>[,<id>...]")
+    rep.add_argument("--html", action="store_true", help="print the self-contained HTML page instead")
+    rep.add_argument("--out", help="write the report directory (md, html, figures, plots, metrics.json) "
+                                   "under OUT/<name>/ instead of printing")
+    rep.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("explain", help="why a claim got its decision (audit lineage)")
+    ex.add_argument("claim", help="the claim's source id (as in the input file), or id:<claim id>")
+    ex.add_argument("--dataset", help="only claims of this dataset (source ids may repeat across datasets)")
+    ex.add_argument("--run", type=int, help="only this calibration run (default: every run, newest first)")
+    ex.set_defaults(func=cmd_explain)
+
+    from checkworthy.cli.score import add_score_arguments, add_train_arguments
+
+    sc = sub.add_parser("score", help="score a CSV (id,text) with any model spec")
+    add_score_arguments(sc)
+    sc.set_defaults(func=cmd_score)
+
+    tc = sub.add_parser("train-classifier", help="train the leakage-free MiniLM classifier")
+    add_train_arguments(tc)
+    tc.set_defaults(func=cmd_train_classifier)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_offline_env()
+    args = build_parser().parse_args(argv)
+    if getattr(args, "k", 1) is not None and getattr(args, "k", 1) < 1:
+        print("error: --k must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

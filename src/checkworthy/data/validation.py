@@ -1,0 +1,308 @@
+"""The label-validation suite (Great Expectations) and where its verdicts are stored.
+
+Why: NN-PPI trusts its calibration labels completely: a wrong, duplicated, contradictory or
+leaked label moves every decision in its neighbourhood. So a label set is validated before it
+is used, and a failing suite stops its calibration; the failed expectations, with the rows
+that broke them, are stored in ``validation_runs`` / ``validation_results`` and the previous
+calibration stays in force.
+
+The suite (one expectation per check, names as stored in ``validation_results.check_name``):
+
+- ``label_in_0_1``      every label is 0 or 1;
+- ``text_present``      every row has a text; ``text_not_blank``: no text is only whitespace;
+- ``ids_unique``        no claim (dataset + id) appears twice;
+- ``one_label_per_text`` no (normalised) text carries two different labels;
+- ``no_leakage``        no (normalised) text is shared with a claim the set calibrates;
+- ``class_balance``     the share of label 1 lies in the configured range;
+- ``row_count``         the number of rows lies in the configured bounds.
+
+The relational checks (conflicting labels, leakage) are turned into per-row columns of the
+frame before GX sees it, so that every check is an ordinary column expectation and reports
+its offending rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, Engine, text
+
+from checkworthy.data.datasets import normalise_text
+
+SUITE_NAME = "checkworthy-labels"
+SUITE_VERSION = "1"
+CHECKS = ("label_in_0_1", "text_present", "text_not_blank", "ids_unique", "one_label_per_text",
+          "no_leakage", "class_balance", "row_count")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Configurable limits of the suite (``validation:`` in params.yaml)."""
+
+    min_rows: int = 10
+    max_rows: int = 1_000_000
+    min_positive_rate: float = 0.2
+    max_positive_rate: float = 0.8
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None) -> Bounds:
+        """Bounds from the ``validation`` block of params.yaml (missing keys keep their defaults)."""
+        v = dict((params or {}).get("validation") or {})
+        rate = v.pop("positive_rate", None)
+        if rate is not None:
+            v["min_positive_rate"], v["max_positive_rate"] = rate
+        return cls(**{k: v[k] for k in cls.__dataclass_fields__ if k in v})
+
+
+@dataclass
+class CheckResult:
+    """One expectation's verdict and the rows that broke it."""
+
+    check_name: str
+    expectation: str
+    success: bool
+    column: str | None
+    kwargs: dict[str, Any]
+    observed: Any
+    unexpected_count: int | None
+    unexpected_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unexpected_claim_ids(self) -> list[int]:
+        return sorted({int(r["claim_id"]) for r in self.unexpected_rows if r.get("claim_id") is not None})
+
+
+@dataclass
+class SuiteOutcome:
+    """A suite run on a frame (not yet stored)."""
+
+    success: bool
+    checks: list[CheckResult]
+    n_rows: int
+    subject_hash: str
+    targets_hash: str
+    suite_hash: str
+    statistics: dict[str, Any]
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if not c.success]
+
+
+# --------------------------------------------------------------------------- the frame
+
+
+def target_texts(conn: Connection, label_set_name: str) -> dict[str, list[int]]:
+    """Normalised texts of the claims a lineage calibrates, with their claim ids."""
+    rows = conn.execute(
+        text(
+            """SELECT tc.claim_id, t.text FROM calibration_targets ct
+               JOIN target_claims tc ON tc.target = ct.name JOIN claims c ON c.id = tc.claim_id
+               JOIN texts t ON t.text_hash = c.text_hash WHERE ct.label_set_name = :n"""
+        ),
+        {"n": label_set_name},
+    ).all()
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        out.setdefault(normalise_text(r.text), []).append(r.claim_id)
+    return out
+
+
+def label_set_rows(conn: Connection, label_set_id: int) -> list[dict[str, Any]]:
+    """A stored label set as validation rows."""
+    return [dict(r) | {"line": None} for r in conn.execute(
+        text(
+            """SELECT i.claim_id, c.dataset, c.source_id, t.text, i.label FROM label_set_items i
+               JOIN claims c ON c.id = i.claim_id JOIN texts t ON t.text_hash = c.text_hash
+               WHERE i.label_set_id = :s ORDER BY i.claim_id"""
+        ),
+        {"s": label_set_id},
+    ).mappings()]
+
+
+def build_frame(rows: Iterable[Mapping[str, Any]], targets: Mapping[str, Sequence[int]]) -> pd.DataFrame:
+    """Rows (claim_id, dataset, source_id, text, label, line) plus the derived check columns."""
+    df = pd.DataFrame(list(rows), columns=["claim_id", "dataset", "source_id", "text", "label", "line"],
+                      dtype=object)
+    df["row_key"] = np.arange(len(df), dtype=np.int64)
+    df["uid"] = df["dataset"].astype(str) + ":" + df["source_id"].astype(str)
+    norm = df["text"].map(lambda t: normalise_text(t) if isinstance(t, str) else "")
+    df["label_num"] = pd.to_numeric(df["label"].map(lambda v: v if v in (0, 1) else None), errors="coerce")
+    valid = norm.ne("") & df["label_num"].notna()
+    n_labels = df[valid].groupby(norm[valid])["label_num"].nunique()
+    df["labels_for_text"] = norm.map(n_labels).fillna(1).astype(np.int64)
+    df["shared_with_targets"] = norm.map(lambda t: bool(t) and t in targets).astype(bool)
+    df.attrs["targets_hash"] = _hash(sorted(int(i) for ids in targets.values() for i in ids))
+    return df
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- the suite
+
+
+@cache
+def _context() -> Any:
+    """One ephemeral GX context per process (GX is slow to import and to set up)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    asset = ctx.data_sources.add_pandas("checkworthy").add_dataframe_asset("label_set")
+    return ctx, asset.add_batch_definition_whole_dataframe("whole")
+
+
+def _expectations(bounds: Bounds) -> list[tuple[str, Any]]:
+    import great_expectations.expectations as gxe
+
+    return [
+        ("label_in_0_1", gxe.ExpectColumnValuesToBeInSet(column="label", value_set=[0, 1])),
+        ("text_present", gxe.ExpectColumnValuesToNotBeNull(column="text")),
+        ("text_not_blank", gxe.ExpectColumnValuesToNotMatchRegex(column="text", regex=r"^\s*$")),
+        ("ids_unique", gxe.ExpectColumnValuesToBeUnique(column="uid")),
+        ("one_label_per_text", gxe.ExpectColumnValuesToBeBetween(column="labels_for_text", min_value=0,
+                                                                  max_value=1)),
+        ("no_leakage", gxe.ExpectColumnValuesToBeInSet(column="shared_with_targets", value_set=[False])),
+        ("class_balance", gxe.ExpectColumnMeanToBeBetween(
+            column="label_num", min_value=bounds.min_positive_rate, max_value=bounds.max_positive_rate)),
+        ("row_count", gxe.ExpectTableRowCountToBeBetween(
+            min_value=bounds.min_rows, max_value=bounds.max_rows)),
+    ]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def run_suite(frame: pd.DataFrame, bounds: Bounds) -> SuiteOutcome:
+    """Run every expectation on the frame; nothing is written."""
+    import great_expectations as gx
+
+    suite_hash = _hash({"suite": SUITE_NAME, "version": SUITE_VERSION, "bounds": asdict(bounds)})
+    ctx, batch_def = _context()
+    named = _expectations(bounds)
+    suite = gx.ExpectationSuite(name=f"{SUITE_NAME}-{suite_hash[:12]}", expectations=[e for _, e in named])
+    suite = ctx.suites.add_or_update(suite)
+    by_type = {}
+    for check, exp in named:
+        by_type[(exp.expectation_type, getattr(exp, "column", None))] = check
+    result = batch_def.get_batch(batch_parameters={"dataframe": frame}).validate(
+        suite, result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["row_key"]})
+    keys = frame[["claim_id", "dataset", "source_id", "line"]].to_dict("records")
+    checks = []
+    for r in result.results:
+        cfg = r.expectation_config
+        column = cfg.kwargs.get("column")
+        check = by_type[(cfg.type, column)]
+        res = r.result or {}
+        bad = [i["row_key"] for i in res.get("unexpected_index_list") or [] if isinstance(i, dict)]
+        rows = [_jsonable({"row": int(k)} | keys[int(k)]) for k in bad]
+        checks.append(CheckResult(
+            check, cfg.type, bool(r.success), column,
+            _jsonable({k: v for k, v in cfg.kwargs.items() if k not in ("column", "batch_id")}),
+            _jsonable(res.get("observed_value")), res.get("unexpected_count"), rows))
+    checks.sort(key=lambda c: CHECKS.index(c.check_name))
+    subject = _hash(sorted(frame[["uid", "text", "label", "line"]].astype(str).itertuples(index=False)))
+    targets = frame.attrs.get("targets_hash") or _hash([])
+    return SuiteOutcome(bool(result.success), checks, len(frame), subject, targets, suite_hash,
+                        _jsonable(dict(result.statistics)))
+
+
+# --------------------------------------------------------------------------- storing verdicts
+
+
+def store_outcome(
+    conn: Connection, outcome: SuiteOutcome, label_set_name: str, label_set_id: int | None,
+    label_update_id: int | None, data_version_id: int | None = None,
+) -> int:
+    """Store a suite run and its checks once (same rows, suite and targets: same row); return its id."""
+    import great_expectations as gx
+
+    run_id = conn.execute(
+        text(
+            """INSERT INTO validation_runs (label_set_name, label_set_id, label_update_id, subject_hash,
+               suite_name, suite_hash, targets_hash, success, n_rows, statistics, gx_version, data_version_id)
+               VALUES (:n, :ls, :u, :sh, :sn, :suh, :th, :ok, :nr, CAST(:st AS jsonb), :gv, :dv)
+               ON CONFLICT (subject_hash, suite_hash, targets_hash, label_update_id) DO NOTHING
+               RETURNING id"""
+        ),
+        {"n": label_set_name, "ls": label_set_id, "u": label_update_id, "sh": outcome.subject_hash,
+         "sn": SUITE_NAME, "suh": outcome.suite_hash, "th": outcome.targets_hash, "ok": outcome.success,
+         "nr": outcome.n_rows, "st": json.dumps(outcome.statistics), "gv": gx.__version__,
+         "dv": data_version_id},
+    ).scalar()
+    if run_id is None:
+        return conn.execute(
+            text("""SELECT id FROM validation_runs WHERE subject_hash = :sh AND suite_hash = :suh
+                    AND targets_hash = :th AND label_update_id IS NOT DISTINCT FROM :u"""),
+            {"sh": outcome.subject_hash, "suh": outcome.suite_hash, "th": outcome.targets_hash,
+             "u": label_update_id},
+        ).scalar_one()
+    conn.execute(
+        text(
+            """INSERT INTO validation_results (validation_run_id, check_name, expectation, success,
+               column_name, kwargs, observed, unexpected_count, unexpected_claim_ids, unexpected_rows)
+               VALUES (:r, :c, :e, :ok, :col, CAST(:kw AS jsonb), CAST(:obs AS jsonb), :n, :ids,
+               CAST(:rows AS jsonb))"""
+        ),
+        [{"r": run_id, "c": c.check_name, "e": c.expectation, "ok": c.success, "col": c.column,
+          "kw": json.dumps(c.kwargs), "obs": json.dumps(c.observed), "n": c.unexpected_count,
+          "ids": c.unexpected_claim_ids, "rows": json.dumps(c.unexpected_rows)} for c in outcome.checks],
+    )
+    return run_id
+
+
+@dataclass
+class Verdict:
+    """The stored verdict on a label set: may it be used for calibration?"""
+
+    validation_run_id: int
+    success: bool
+    failures: list[str]
+
+
+def validate_label_set(
+    engine: Engine, label_set_id: int, bounds: Bounds | None = None, data_version_id: int | None = None
+) -> Verdict:
+    """Validate a stored label set against the claims its lineage calibrates; store the verdict."""
+    bounds = bounds or Bounds()
+    with engine.begin() as conn:
+        name = conn.execute(text("SELECT name FROM label_sets WHERE id = :i"),
+                            {"i": label_set_id}).scalar_one()
+        frame = build_frame(label_set_rows(conn, label_set_id), target_texts(conn, name))
+        outcome = run_suite(frame, bounds)
+        vid = store_outcome(conn, outcome, name, label_set_id, None, data_version_id)
+        failed = conn.execute(
+            text("SELECT check_name FROM validation_results WHERE validation_run_id = :v AND NOT success "
+                 "ORDER BY check_name"), {"v": vid}).scalars().all()
+        ok = conn.execute(text("SELECT success FROM validation_runs WHERE id = :v"), {"v": vid}).scalar_one()
+    return Verdict(vid, ok, list(failed))
+
+
+def load_results(conn: Connection, validation_run_id: int) -> dict[str, Mapping[str, Any]]:
+    """A stored validation run's checks by check name."""
+    return {r["check_name"]: r for r in conn.execute(
+        text("SELECT * FROM validation_results WHERE validation_run_id = :v"), {"v": validation_run_id}
+    ).mappings()}

@@ -1,0 +1,1 @@
+"""Prefect flows and deployments: tasks wrap package functions; flows only wire them."""

@@ -1,0 +1,1 @@
+"""Reports: analyses over stored runs, the method comparison, Markdown/HTML rendering and plots."""

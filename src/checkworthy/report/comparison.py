@@ -1,0 +1,538 @@
+"""Every interval, correction and calibrator on one calibration run's inputs (issue 6).
+
+The paper leaves open whether NN-PPI beats the standard recipes and whether any interval keeps
+its nominal coverage. This module answers both on the same arrays a stored run used: the run's
+target claims (scores, gold labels), its label set L (labels, scores, leave-one-out neighbour
+lists) and the targets' neighbour lists from the same SQL kNN. Nothing is fitted on the
+targets: every parameter, and the cross-validated choice, comes from L alone.
+
+Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value``):
+
+``interval``     every method of :data:`checkworthy.method.intervals.INTERVAL_METHODS` around the paper's
+                 NN-PPI at the run's k: coverage of the gold label (overall and per class),
+                 mean width (raw, and within [0, 1]), mean label-set size, singleton and empty rates.
+``interval-cv``  the same intervals centred on the correction chosen by cross-validation.
+``sets``         conformal prediction sets from crepes on the raw score (identity) and on Platt
+                 scaling, marginal and class-conditional (Mondrian): coverage and set sizes.
+``correction``   every point correction of :data:`checkworthy.method.corrections.CORRECTIONS` at the run's k
+                 (raw score and KNN are the paper's baselines): weighted F1, class precision,
+                 recall, F1, accuracy, predicted positive rate, Brier score.
+``cv``           the correction picked by :func:`checkworthy.method.corrections.select_by_cv` on L
+                 (leave-one-out weighted F1), applied to the targets; ``cv_weighted_f1`` is its
+                 score on L. ``cv-candidates`` keeps the best L score of each (method, k).
+``cv-prior``     the same selection with the decision threshold chosen too, and L's claims
+                 reweighted to the class mix of the pool L was drawn from (the paper's L is
+                 class-balanced, its test splits 27-34% check-worthy). The pool's prevalence is
+                 read from the pool's own labels (e.g. all 2012 debates), never the targets'.
+``calibrator``   Platt scaling (on the logit and on the score), isotonic regression, and
+                 temperature scaling (token-probability scores only, where the logit is the
+                 model's own), fitted on L's scores: the same classification figures.
+                 ``calibrator-prior``: their probabilities moved from L's class mix to the
+                 pool's by Bayes' rule (:func:`checkworthy.method.calibrators.adjust_prevalence`).
+``head``         a logistic head on [embedding, score] fitted on L (:mod:`checkworthy.method.embedding_head`):
+                 its probability alone (``minilm-head``) and corrected by NN-PPI at the run's k
+                 with L's cross-fitted residuals (``minilm-head+nnppi``). ``head-cv``: the
+                 correction and k chosen by cross-validation on L over the head's probabilities
+                 (neighbours' scores cross-fitted pairwise, :meth:`HeadFit.labelled_set`);
+                 ``interval-head``: every interval centred on that choice.
+
+:func:`compare` is pure (arrays in, rows out); :func:`load_inputs` fetches the arrays of a stored
+run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run and options
+(migration 0005), :func:`load_rows` reads them back for the report and the CLI.
+
+Limits: coverage and F1 here are measured on the run's target claims, which are the test split
+in the main job; they describe this split, not a guarantee (see :mod:`checkworthy.method.intervals`
+for what each interval promises). Labels are taken as of the run's finish, as the report does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import Connection, text
+
+from checkworthy.method import metrics, nnppi
+from checkworthy.method.calibrators import adjust_prevalence, prediction_sets
+from checkworthy.method.corrections import (
+    CORRECTIONS,
+    Choice,
+    LabelledSet,
+    Neighbourhood,
+    select_by_cv,
+)
+from checkworthy.method.intervals import INTERVAL_METHODS, IntervalSummary, summarise
+from checkworthy.runs.calibration_run import fit_choice, fit_predictor, labelled_pool, neighbour_columns
+from checkworthy.store.embeddings import claim_embeddings
+from checkworthy.store.knn import nearest_labelled
+from checkworthy.store.rows import ScoreKey, sha256_text
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int_]
+
+#: bump when a computation changes: stored comparisons of older versions are not reused
+COMPARISON_VERSION = 3  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals
+#: conformal interval methods (the ones whose coverage targets apply)
+CONFORMAL = tuple(m for m in INTERVAL_METHODS if m.startswith(("conformal", "mondrian")))
+#: conformal prediction sets: name -> (calibrator, class-conditional)
+SET_METHODS: dict[str, tuple[str | None, bool]] = {
+    "conformal-sets": (None, False),
+    "mondrian-sets": (None, True),
+    "platt-conformal-sets": ("platt", False),
+    "platt-mondrian-sets": ("platt", True),
+}
+INTERVAL_METRICS = ("coverage", "mean_width", "mean_width_01", "mean_set_size", "singleton_rate",
+                    "empty_rate")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """What a comparison computes; its :meth:`params` identify a stored comparison."""
+
+    cv_ks: tuple[int, ...] = (3, 5, 10)
+    intervals: tuple[str, ...] = tuple(INTERVAL_METHODS)
+    corrections: tuple[str, ...] = tuple(CORRECTIONS)
+    calibrators: tuple[str, ...] = ("platt", "platt-score", "isotonic", "temperature")
+    sets: tuple[str, ...] = tuple(SET_METHODS)
+    #: score kinds temperature scaling is fitted for (a verbalised score's logit means nothing)
+    temperature_kinds: tuple[str, ...] = ("token_prob",)
+    #: thresholds the prior-aware CV (``cv-prior``) may choose
+    prior_thresholds: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(11))
+    #: fit the embedding head (needs the claims' embeddings in the inputs)
+    head: bool = True
+    seed: int = 0
+
+    def params(self) -> dict[str, Any]:
+        """JSON-ready options, with the computation's version."""
+        return {"version": COMPARISON_VERSION} | {k: list(v) if isinstance(v, tuple) else v
+                                                  for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class CompareInputs:
+    """The arrays of one run: L, the targets' scores, neighbour lists and gold labels.
+
+    ``nbr`` (n, K) indexes ``cal`` (nearest first); K must cover the run's k, every CV k and
+    the split-conformal columns (:func:`checkworthy.runs.calibration_run.neighbour_columns`).
+    """
+
+    cal: LabelledSet
+    c: FloatArray
+    nbr: IntArray
+    y: IntArray
+    k: int
+    dist: FloatArray | None = None
+    alpha: float = 0.05
+    threshold: float = nnppi.THRESHOLD
+    score_kind: str = ""
+    #: share of check-worthy claims in the pool L was sampled from (known without test labels)
+    pool_prevalence: float | None = None
+    #: embeddings of L's claims (rows as ``cal``) and of the targets, for the embedding head
+    emb_cal: FloatArray | None = None
+    emb: FloatArray | None = None
+
+    def neighbourhood(self, k: int | None = None) -> Neighbourhood:
+        """The targets with their first ``k`` (default the run's) neighbours."""
+        return Neighbourhood(c=self.c, nbr=self.nbr, cal=self.cal, dist=self.dist, k=k or self.k)
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One figure (the columns of ``method_comparison``)."""
+
+    family: str
+    method: str
+    k: int | None
+    metric: str
+    value: float
+    cls: str = "all"
+
+
+@dataclass
+class Comparison:
+    """The rows and what was fitted or chosen on L (``info``, JSON-ready)."""
+
+    rows: list[MetricRow] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ pure part
+
+
+def _interval_rows(family: str, method: str, k: int, s: IntervalSummary) -> list[MetricRow]:
+    rows = [MetricRow(family, method, k, "coverage", s.coverage),
+            MetricRow(family, method, k, "coverage", s.coverage_0, "0"),
+            MetricRow(family, method, k, "coverage", s.coverage_1, "1")]
+    rows += [MetricRow(family, method, k, m, getattr(s, m)) for m in INTERVAL_METRICS[1:]]
+    return rows
+
+
+def _add_interval(out: Comparison, family: str, method: str, nb: Neighbourhood, centre: Any,
+                  inp: CompareInputs) -> None:
+    """Coverage rows of one interval method around ``centre``; a method that cannot run on these
+    neighbourhoods (k = 1 has no residual sd; too few columns for a split) is listed in
+    ``info["skipped"]`` instead."""
+    try:
+        lo, hi = INTERVAL_METHODS[method](nb, inp.alpha, correction=centre)
+    except ValueError as exc:
+        out.info.setdefault("skipped", []).append(f"{family}/{method}: {exc}")
+        return
+    out.rows += _interval_rows(family, method, nb.k, summarise(lo, hi, inp.y))
+
+
+def _decision_rows(family: str, method: str, k: int | None, y: IntArray, p: FloatArray,
+                   threshold: float) -> list[MetricRow]:
+    """Classification figures of ``p >= threshold`` and the Brier score of ``clip(p, 0, 1)``."""
+    rep = metrics.classification_report(y, nnppi.decide(p, threshold))
+    rows = []
+    for name, value in rep.items():
+        if name == "gold_positive_rate":
+            continue
+        base, _, cls = name.rpartition("_")
+        rows.append(MetricRow(family, method, k, base, value, cls) if cls in ("0", "1")
+                    else MetricRow(family, method, k, name, value))
+    rows.append(MetricRow(family, method, k, "brier", float(np.mean((np.clip(p, 0, 1) - y) ** 2))))
+    return rows
+
+
+def _label(choice: Choice) -> str:
+    if not choice.params:
+        return choice.method
+    inner = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in sorted(choice.params.items()))
+    return f"{choice.method}({inner})"
+
+
+def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Comparison:
+    """Every interval, correction, CV choice, calibrator and conformal set on one run's arrays."""
+    o = options or CompareOptions()
+    out = Comparison(info={"n_targets": len(inp.y), "n_labelled": inp.cal.m,
+                           "labelled_positive_rate": float(inp.cal.y.mean()),
+                           "target_positive_rate": float(inp.y.mean()) if len(inp.y) else None,
+                           "neighbour_columns": int(inp.nbr.shape[1]), "k": inp.k,
+                           "alpha": inp.alpha, "threshold": inp.threshold})
+    nb = inp.neighbourhood()
+    y, thr = inp.y, inp.threshold
+
+    # point corrections at the run's k, parameters fitted on L
+    fitted: dict[str, Any] = {}
+    for method in o.corrections:
+        choice, _ = fit_choice(inp.cal, method, inp.k, thr)
+        if choice.params:
+            fitted[method] = dict(choice.params)
+        out.rows += _decision_rows("correction", method, inp.k, y, choice.theta(nb), thr)
+    out.info["correction_params"] = fitted
+
+    # the cross-validated choice (L only), applied to the targets
+    ks = tuple(k for k in o.cv_ks if k <= inp.cal.max_k and k <= inp.nbr.shape[1])
+    cv = select_by_cv(inp.cal, ks=ks, thresholds=(thr,), seed=o.seed)
+    best = cv.best
+    out.rows += _decision_rows("cv", best.method, best.k, y, best.theta(inp.neighbourhood(best.k)), thr)
+    out.rows.append(MetricRow("cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
+    per_candidate: dict[tuple[str, int], Choice] = {}
+    for ch in cv.table:
+        key = (ch.method, ch.k)
+        if key not in per_candidate or ch.cv_score > per_candidate[key].cv_score:
+            per_candidate[key] = ch
+    out.rows += [MetricRow("cv-candidates", m, k, "cv_weighted_f1", ch.cv_score)
+                 for (m, k), ch in sorted(per_candidate.items())]
+    out.info["cv_choice"] = {"method": best.method, "k": best.k, "params": dict(best.params),
+                             "threshold": best.threshold, "cv_weighted_f1": best.cv_score,
+                             "label": _label(best), "ks": list(ks)}
+    if inp.pool_prevalence is not None:  # L reweighted to the pool's class mix, threshold chosen too
+        bp = select_by_cv(inp.cal, ks=ks, thresholds=o.prior_thresholds,
+                          target_prevalence=inp.pool_prevalence, seed=o.seed).best
+        out.rows += _decision_rows("cv-prior", bp.method, bp.k, y, bp.theta(inp.neighbourhood(bp.k)),
+                                   bp.threshold)
+        out.rows += [MetricRow("cv-prior", bp.method, bp.k, "cv_weighted_f1", bp.cv_score),
+                     MetricRow("cv-prior", bp.method, bp.k, "threshold", bp.threshold)]
+        out.info["cv_prior_choice"] = {"method": bp.method, "k": bp.k, "params": dict(bp.params),
+                                       "threshold": bp.threshold, "cv_weighted_f1": bp.cv_score,
+                                       "label": _label(bp), "pool_prevalence": inp.pool_prevalence}
+
+    # intervals around the paper's NN-PPI, and around the CV choice
+    nb_cv = inp.neighbourhood(best.k)
+    for method in o.intervals:
+        _add_interval(out, "interval", method, nb, "paper", inp)
+        _add_interval(out, "interval-cv", method, nb_cv, best.theta, inp)
+
+    # standard calibrators on the score alone
+    cal_params: dict[str, Any] = {}
+    for name in o.calibrators:
+        if name == "temperature" and inp.score_kind not in o.temperature_kinds:
+            continue
+        _, p, cal_params[name] = fit_predictor(name, inp.cal, inp.c)
+        out.rows += _decision_rows("calibrator", name, None, y, p, thr)
+        if inp.pool_prevalence is not None:  # Bayes' rule from L's class mix to the pool's
+            q = adjust_prevalence(p, float(inp.cal.y.mean()), inp.pool_prevalence)
+            out.rows += _decision_rows("calibrator-prior", name, None, y, q, thr)
+    out.info["calibrator_params"] = cal_params
+
+    if o.head and inp.emb_cal is not None and inp.emb is not None:
+        out.info["head"] = _head_rows(out, inp, ks, o.seed, o.intervals)
+
+    # conformal prediction sets (crepes)
+    for name in o.sets:
+        calibrator, class_cond = SET_METHODS[name]
+        _, s = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, calibrator=calibrator,
+                               class_cond=class_cond, y=y, seed=o.seed)
+        assert s is not None
+        out.rows += [r for r in _interval_rows("sets", name, None, s)
+                     if not r.metric.startswith("mean_width")]
+    return out
+
+
+def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int,
+               intervals: Sequence[str]) -> dict[str, Any]:
+    """The embedding head as a predictor: alone, under NN-PPI at the run's k, and under the CV choice.
+
+    L's scores become the head's out-of-fold probabilities, so each residual Y_j - c_j is
+    cross-fitted; the targets' scores are the head (fitted on all of L) applied to them.
+    """
+    assert inp.emb_cal is not None and inp.emb is not None
+    cal, p, fitted = fit_predictor("head", inp.cal, inp.c, (inp.emb_cal, inp.emb), seed=seed)
+    nb = Neighbourhood(c=p, nbr=inp.nbr, cal=cal, dist=inp.dist, k=inp.k)
+    y, thr = inp.y, inp.threshold
+    out.rows += _decision_rows("head", "minilm-head", None, y, p, thr)
+    out.rows += _decision_rows("head", "minilm-head+nnppi", inp.k, y, Choice("paper", inp.k).theta(nb), thr)
+    best = select_by_cv(cal, ks=ks, thresholds=(thr,), seed=seed).best
+    out.rows += _decision_rows("head-cv", best.method, best.k, y, best.theta(nb), thr)
+    out.rows.append(MetricRow("head-cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
+    for method in intervals:  # the head-cv choice's intervals (L's scores cross-fitted pairwise)
+        _add_interval(out, "interval-head", method, nb.with_k(best.k), best.theta, inp)
+    return {"C": fitted["C"], "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
+                                       "cv_weighted_f1": best.cv_score, "label": _label(best)}}
+
+
+def targets_met(rows: Sequence[MetricRow] | Sequence[Mapping[str, Any]], nominal: float = 0.95,
+                overall: float = 0.94, per_class: float = 0.92) -> dict[tuple[str, str, int | None], bool]:
+    """Per (family, conformal method, k): coverage >= ``overall`` and each class >= ``per_class``.
+
+    The targets are stated for a nominal 95% interval (alpha = 0.05); ``nominal`` is recorded
+    for the caller, the thresholds are absolute.
+    """
+    cov: dict[tuple[str, str, int | None], dict[str, float]] = {}
+    for r in rows:
+        d = r if isinstance(r, Mapping) else asdict(r) | {"class": r.cls}
+        if d["family"] in INTERVAL_FAMILIES and d["metric"] == "coverage" and (
+                d["method"] in CONFORMAL or d["family"] == "sets"):
+            cov.setdefault((d["family"], d["method"], d["k"]), {})[d["class"]] = d["value"]
+    return {key: (_ok(c.get("all"), overall) and _ok(c.get("0"), per_class) and _ok(c.get("1"), per_class))
+            for key, c in cov.items()}
+
+
+def _ok(v: float | None, bound: float) -> bool:
+    return v is not None and not math.isnan(v) and v >= bound
+
+
+# ---------------------------------------------------------------------------- the store
+
+
+def gold_as_of(conn: Connection, claim_ids: Sequence[int], when: Any) -> dict[int, int]:
+    """Each claim's newest label created no later than ``when`` (as the report reads gold)."""
+    rows = conn.execute(
+        text("""SELECT DISTINCT ON (claim_id) claim_id, label FROM labels
+                WHERE claim_id = ANY(:c) AND created_at <= :t ORDER BY claim_id, id DESC"""),
+        {"c": [int(i) for i in claim_ids], "t": when},
+    ).all()
+    return {r.claim_id: int(r.label) for r in rows}
+
+
+def pool_prevalence(conn: Connection, label_set_id: int, target_ids: Sequence[int],
+                    when: Any) -> float | None:
+    """Check-worthy share of the split L was drawn from (e.g. all 2012 debates), labels as of ``when``.
+
+    None unless L's claims come from one (dataset, split) that holds none of the targets: the
+    prevalence must be known without the targets' labels.
+    """
+    pools = conn.execute(text(
+        """SELECT DISTINCT c.dataset, c.split FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+           WHERE i.label_set_id = :ls"""), {"ls": label_set_id}).all()
+    if len(pools) != 1:
+        return None
+    dataset, split = pools[0]
+    ids = conn.execute(text("SELECT id FROM claims WHERE dataset = :d AND split = :s"),
+                       {"d": dataset, "s": split}).scalars().all()
+    if set(ids) & {int(i) for i in target_ids}:
+        return None
+    gold = gold_as_of(conn, ids, when)
+    return float(np.mean(list(gold.values()))) if gold else None
+
+
+def load_inputs(conn: Connection, run_id: int,
+                options: CompareOptions | None = None) -> tuple[CompareInputs, dict[str, Any]]:
+    """The arrays of a complete stored run, from the store and one SQL kNN per side.
+
+    Targets are the run's calibrated claims with their stored scores; L is the run's label set
+    (scored, embedded claims) with leave-one-out lists. Raises if the run is not complete or a
+    target has no gold label as of the run's finish. Also returns whether the kNN still gives
+    the run's stored neighbours (``neighbours_as_stored``): the comparison is then on exactly
+    the run's neighbourhoods.
+    """
+    o = options or CompareOptions()
+    run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().first()
+    if run is None:
+        raise ValueError(f"no calibration run {run_id}")
+    if run["status"] != "complete":
+        raise ValueError(f"calibration run {run_id} is {run['status']}, not complete")
+    res = conn.execute(text("SELECT claim_id, score, neighbor_ids FROM calibrated_results WHERE run_id = :r "
+                            "ORDER BY claim_id"), {"r": run_id}).all()
+    ids = [r.claim_id for r in res]
+    gold = gold_as_of(conn, ids, run["finished_at"])
+    if len(gold) != len(ids) or not ids:
+        raise ValueError(f"run {run_id}: {len(ids) - len(gold)} of {len(ids)} targets have no gold label")
+    key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
+    k = int(run["k"])
+    want = max(k, *o.cv_ks, *(neighbour_columns(kk, m) for m in o.intervals for kk in {k, *o.cv_ks}))
+    pool = labelled_pool(conn, run["label_set_id"], key, want, run["embed_model"])
+    nq = nearest_labelled(conn, run["label_set_id"], ids, pool.cal.max_k, key, embed_model=run["embed_model"])
+    if nq.claim_ids.tolist() != ids:
+        raise ValueError(f"run {run_id}: some targets have no embedding")
+    stored = [list(r.neighbor_ids) for r in res]
+    as_stored = all(len(s) <= nq.neighbor_ids.shape[1] and nq.neighbor_ids[i, :len(s)].tolist() == s
+                    for i, s in enumerate(stored))
+    emb_cal = emb = None
+    if o.head:
+        emb_cal = claim_embeddings(conn, pool.claim_ids.tolist(), run["embed_model"])
+        emb = claim_embeddings(conn, ids, run["embed_model"])
+    inp = CompareInputs(pool_prevalence=pool_prevalence(conn, run["label_set_id"], ids, run["finished_at"]),
+                        emb_cal=emb_cal, emb=emb,
+                        cal=pool.cal, c=np.array([r.score for r in res], dtype=float),
+                        nbr=pool.positions(nq.neighbor_ids), dist=nq.distances,
+                        y=np.array([gold[i] for i in ids], dtype=np.int64), k=k, alpha=float(run["alpha"]),
+                        threshold=float(run["threshold"]), score_kind=run["score_kind"])
+    return inp, {"neighbours_as_stored": as_stored}
+
+
+def _json_safe(value: Any) -> Any:
+    """jsonb has no NaN or Infinity: such numbers become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def find_comparison(conn: Connection, run_id: int, options: CompareOptions | None = None) -> int | None:
+    """The stored comparison of this run with these options, if any."""
+    o = options or CompareOptions()
+    return conn.execute(text("SELECT id FROM method_comparisons WHERE run_id = :r AND params_hash = :h"),
+                        {"r": run_id, "h": _params_hash(o)}).scalar()
+
+
+def _params_hash(o: CompareOptions) -> str:
+    return sha256_text(json.dumps(o.params(), sort_keys=True))
+
+
+def ensure_comparison(conn: Connection, run_id: int, options: CompareOptions | None = None,
+                      code_rev: str | None = None, flow_run_id: str | None = None) -> int:
+    """Compute and store the comparison of a run (once per run and options); return its id."""
+    o = options or CompareOptions()
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
+                 {"k": f"compare:{run_id}:{_params_hash(o)}"})
+    found = find_comparison(conn, run_id, o)
+    if found is not None:
+        return found
+    if code_rev is None:
+        from checkworthy.data.versioning import git_rev
+
+        code_rev = git_rev()
+    inp, loaded = load_inputs(conn, run_id, o)
+    comp = compare(inp, o)
+    comp.info |= loaded
+    cid = conn.execute(
+        text("""INSERT INTO method_comparisons (run_id, params, params_hash, code_rev, flow_run_id)
+                VALUES (:r, CAST(:p AS jsonb), :h, :cr, :fr) RETURNING id"""),
+        {"r": run_id, "p": json.dumps(_json_safe(o.params() | {"info": comp.info}), sort_keys=True),
+         "h": _params_hash(o), "cr": code_rev, "fr": flow_run_id},
+    ).scalar_one()
+    conn.execute(
+        text("""INSERT INTO method_comparison (comparison_id, run_id, family, method, k, metric, class, value)
+                VALUES (:c, :r, :family, :method, :k, :metric, :cls, :value)"""),
+        [{"c": cid, "r": run_id, "family": r.family, "method": r.method, "k": r.k, "metric": r.metric,
+          "cls": r.cls, "value": None if math.isnan(r.value) else float(r.value)} for r in comp.rows],
+    )
+    return cid
+
+
+def latest_comparisons(conn: Connection, run_ids: Sequence[int]) -> list[int]:
+    """The newest comparison of each run of the current version (for a report to pin)."""
+    return sorted(conn.execute(
+        text("""SELECT max(id) FROM method_comparisons WHERE run_id = ANY(:r)
+                AND (params->>'version')::int = :v GROUP BY run_id"""),
+        {"r": [int(i) for i in run_ids], "v": COMPARISON_VERSION}).scalars())
+
+
+def load_rows(conn: Connection, comparison_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Stored rows of the given comparisons, with their run's k and comparison info, sorted."""
+    return [dict(r) for r in conn.execute(
+        text("""SELECT m.comparison_id, m.run_id, m.family, m.method, m.k, m.metric, m.class, m.value
+                FROM method_comparison m WHERE m.comparison_id = ANY(:c)
+                ORDER BY m.run_id, m.comparison_id, m.family, m.method, m.k NULLS FIRST, m.metric,
+                         m.class"""),
+        {"c": [int(i) for i in comparison_ids]}).mappings()]
+
+
+def load_heads(conn: Connection, comparison_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """The comparisons' head rows keyed by id (params with ``info``)."""
+    return {r["id"]: dict(r) for r in conn.execute(
+        text("SELECT id, run_id, params, code_rev FROM method_comparisons WHERE id = ANY(:c) ORDER BY id"),
+        {"c": [int(i) for i in comparison_ids]}).mappings()}
+
+
+# ---------------------------------------------------------------------------- console
+
+
+def _fmt(v: float | None, nd: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.{nd}f}"
+
+
+#: row families holding intervals and sets, and those holding decisions, in display order
+INTERVAL_FAMILIES = ("interval", "interval-cv", "interval-head", "sets")
+DECISION_FAMILIES = ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head", "head-cv")
+
+
+def method_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
+    """(family, method, k) present in ``idx`` (keyed by tuples starting with those three),
+    families in the given order, then method and k."""
+    return sorted({(f, m, k) for f, m, k, *_ in idx if f in families},
+                  key=lambda x: (list(families).index(x[0]), x[1], x[2] or 0))
+
+
+def console_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
+    """Plain-text tables of one comparison: intervals and sets, then corrections, CV and calibrators."""
+    idx = {(r["family"], r["method"], r["k"], r["metric"], r["class"]): r["value"] for r in rows}
+    met = targets_met(rows)
+    lines = [title] if title else []
+    head = (f"{'family':<12} {'interval':<21} {'k':>3} {'cov':>6} {'cov0':>6} {'cov1':>6} {'width':>7} "
+            f"{'w[0,1]':>7} {'size':>5}  target")
+    lines += [head, "-" * len(head)]
+    for f, m, k in method_keys(idx, INTERVAL_FAMILIES):
+        vals = [idx.get((f, m, k, metric, c)) for metric, c in (
+            ("coverage", "all"), ("coverage", "0"), ("coverage", "1"), ("mean_width", "all"),
+            ("mean_width_01", "all"))]
+        ok = met.get((f, m, k))
+        lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "
+                     + " ".join(f"{_fmt(v):>{6 if i < 3 else 7}}" for i, v in enumerate(vals))
+                     + f" {_fmt(idx.get((f, m, k, 'mean_set_size', 'all')), 2):>5}  "
+                     + ("" if ok is None else "met" if ok else "missed"))
+    head = (f"{'family':<12} {'method':<21} {'k':>3} {'wF1':>6} {'F1 0':>6} {'F1 1':>6} {'acc':>6} "
+            f"{'brier':>6}")
+    lines += ["", head, "-" * len(head)]
+    for f, m, k in method_keys(idx, DECISION_FAMILIES):
+        vals = [idx.get((f, m, k, metric, c)) for metric, c in (
+            ("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"), ("brier", "all"))]
+        lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "
+                     + " ".join(f"{_fmt(v):>6}" for v in vals))
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Runs over the store: one calibration run, incremental recalibration, your own scores, the main job."""

@@ -1,0 +1,155 @@
+"""Bring your own scores: calibrate a CSV of scored claims against a CSV of labelled ones.
+
+``L`` has columns ``id,text,score,label``; ``U`` has ``id,text,score`` and may have ``label``.
+Both files are validated completely before anything is written, and every problem names
+the file, the line (the header is line 1) and the field. The claims then go through the same
+store, embeddings and SQL kNN as the main job.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import Engine
+
+from checkworthy.data.user_csv import id_and_text, read_rows
+from checkworthy.errors import DataError
+from checkworthy.method import metrics
+from checkworthy.runs.calibration_run import RunSpec, load_results, neighbor_source_ids, run_calibration
+from checkworthy.scorers.base import OK, Score
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings
+
+OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One validated input row."""
+
+    line: int
+    id: str
+    text: str
+    score: float
+    label: int | None
+
+
+def read_scored_csv(path: Path, label_required: bool) -> list[Row]:
+    """Read and validate a scored-claims CSV; raise :class:`DataError` at the first problem."""
+    required = ["id", "text", "score"] + (["label"] if label_required else [])
+    header, records = read_rows(path, required, allowed=["label"])
+    seen: dict[str, int] = {}
+    return [_row(str(path), line, rec, seen, "label" in header) for line, rec in records]
+
+
+def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_label: bool) -> Row:
+    cid, txt = id_and_text(name, line, rec, seen)
+    try:
+        score = float(rec["score"])
+    except ValueError:
+        raise DataError(name, line, "score", f"not a number: {rec['score']!r}") from None
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        raise DataError(name, line, "score", f"must be in [0, 1], got {rec['score']!r}")
+    label = None
+    if has_label:
+        value = rec["label"].strip()
+        if value not in ("0", "1"):
+            raise DataError(name, line, "label", f"must be 0 or 1, got {rec['label']!r}")
+        label = int(value)
+    return Row(line, cid, txt, score, label)
+
+
+def _check_consistent_scores(files: Sequence[tuple[Path, list[Row]]]) -> None:
+    """The same text given two different scores is contradictory input."""
+    first: dict[str, tuple[str, int, float]] = {}
+    for path, rows in files:
+        for r in rows:
+            prev = first.setdefault(r.text, (str(path), r.line, r.score))
+            if prev[2] != r.score:
+                raise DataError(path, r.line, "score",
+                                f"the same text has score {prev[2]} at {prev[0]} line {prev[1]}")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass
+class CalibrateOutcome:
+    """What ``checkworthy calibrate`` produced."""
+
+    run_id: int
+    n_rows: int
+    metrics: dict[str, dict[str, float]] | None
+
+
+def calibrate_files(
+    engine: Engine, labeled: Path, unlabeled: Path, k: int, out: Path,
+    alpha: float = 0.05, threshold: float = 0.5, model: str = "file:imported",
+    interval: str = "z", correction: str = "paper",
+) -> CalibrateOutcome:
+    """Validate both files, store them, calibrate U against L in SQL and write ``out``.
+
+    ``interval``/``correction`` name the methods (:mod:`checkworthy.method.intervals`,
+    :mod:`checkworthy.method.corrections`, or ``"cv"``); the defaults are the paper's NN-PPI.
+    """
+    lab = read_scored_csv(labeled, label_required=True)
+    unl = read_scored_csv(unlabeled, label_required=False)
+    _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
+    if k > len(lab):
+        raise DataError(labeled, None, None, f"k={k} exceeds the {len(lab)} labelled rows")
+    ds_l, ds_u = f"upload:{_sha(labeled)[:16]}", f"upload:{_sha(unlabeled)[:16]}"
+    params = {"labeled_sha256": _sha(labeled), "unlabeled_sha256": _sha(unlabeled)}
+    with engine.begin() as conn:
+        l_ids = store.store_claims_with_labels(
+            conn, [store.NewClaim(ds_l, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labeled}")
+        u_ids = store.store_claims_with_labels(
+            conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
+            f"file:{unlabeled}")
+        model_id = store.ensure_model(conn, model, "file")
+        store.insert_predictions(
+            conn, model_id, "none", params,
+            [(store.sha256_text(r.text), {"imported": Score(r.score, OK, repr(r.score))})
+             for r in lab + unl],
+        )
+        ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
+        ls = store.create_label_set(conn, f"{ds_l}:labeled", l_ids)
+    key = store.ScoreKey(model_id, "none", store.params_hash(params), "imported")
+    run_id = run_calibration(engine, RunSpec(f"{ds_u}:unlabeled", tuple(u_ids), ls, key, k, alpha, threshold,
+                                             interval_method=interval, correction=correction))
+    with engine.connect() as conn:
+        results = {r["claim_id"]: r for r in load_results(conn, run_id)}
+        names = neighbor_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
+    _write_out(out, unl, u_ids, results, names)
+    got = None
+    if all(r.label is not None for r in unl):
+        y = np.array([r.label for r in unl])
+        res = [results[i] for i in u_ids]
+        got = {
+            "baseline": metrics.classification_report(y, [int(r["score"] >= threshold) for r in res]),
+            "knn": metrics.classification_report(y, [int(r["knn_mean"] >= threshold) for r in res]),
+            "nnppi": metrics.classification_report(y, [int(r["decision"]) for r in res]),
+        }
+        got["nnppi"].update({f"coverage_{c}": v for c, v in metrics.interval_coverage(
+            y, [r["ci_low"] for r in res], [r["ci_high"] for r in res]).items()})
+    return CalibrateOutcome(run_id, len(unl), got)
+
+
+def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str]) -> None:
+    """One output row per input row of U, in input order (duplicates of a text included)."""
+    tmp = Path(str(out) + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(OUT_COLUMNS)
+        for row, cid in zip(rows, ids):
+            r = results[cid]
+            w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
+                        f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
+                        ";".join(names[n] for n in r["neighbor_ids"])])
+    tmp.replace(out)

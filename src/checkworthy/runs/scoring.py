@@ -1,0 +1,55 @@
+"""Score the texts that have no stored score yet, with any scorer, and store the results.
+
+Scores are committed chunk by chunk: if the model runtime dies mid-way, the finished
+chunks are kept and a rerun scores only the rest. A text is never scored twice for the
+same model, prompt version and parameters (the store's unique key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import Engine
+
+from checkworthy.scorers.base import Scorer
+from checkworthy.store import rows as store
+
+Progress = Callable[[int, int], None]
+
+
+def score_missing(
+    engine: Engine,
+    scorer: Scorer,
+    text_hashes: Sequence[str],
+    prompt_version: str,
+    prompt_guidelines: str = "",
+    prompt_template: str = "",
+    chunk_size: int = 64,
+    flow_run_id: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[int, int, dict[str, store.ScoreKey]]:
+    """Score every text lacking a prediction.
+
+    Returns (scored now, already stored, the stored key of each score kind).
+    """
+    params = scorer.params()
+    with engine.begin() as conn:
+        model_id = store.ensure_model(conn, scorer.spec, scorer.spec.split(":", 1)[0], params)
+        if prompt_version != "none":
+            store.ensure_prompt_version(conn, prompt_version, prompt_guidelines, prompt_template)
+        todo = store.unscored_texts(conn, text_hashes, model_id, prompt_version,
+                                    store.params_hash(params), scorer.score_kinds)
+    total = len(todo)
+    done = 0
+    for start in range(0, total, chunk_size):
+        chunk = todo[start : start + chunk_size]
+        outputs = scorer.score([t for _, t in chunk])
+        with engine.begin() as conn:
+            store.insert_predictions(conn, model_id, prompt_version, params,
+                                     [(h, out) for (h, _), out in zip(chunk, outputs)], flow_run_id)
+        done += len(chunk)
+        if progress:
+            progress(done, total)
+    keys = {kind: store.ScoreKey(model_id, prompt_version, store.params_hash(params), kind)
+            for kind in scorer.score_kinds}
+    return total, len(set(text_hashes)) - total, keys

@@ -1,0 +1,1 @@
+"""The store: the engine and migrations, and every SQL statement the package runs."""

@@ -1,0 +1,199 @@
+"""Audit helpers: explain a claim's decision from the audit views, and provision login roles.
+
+Auditors mostly query the ``audit_*`` views directly (docs/audit.md); :func:`explain` is the
+same lineage as a data structure and as text, behind ``checkworthy explain``.
+
+The migrations create three NOLOGIN group roles (owner, pipeline, auditor) and never hold a
+secret. :func:`bootstrap` (``python -m checkworthy.store.audit bootstrap``), run as the owner when
+the production stack starts, migrates and then creates or updates the *login* roles that are
+members of the pipeline and auditor groups, with passwords taken from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+OWNER_ROLE = "checkworthy_owner"
+PIPELINE_ROLE = "checkworthy_pipeline"
+AUDITOR_ROLE = "checkworthy_auditor"
+
+#: (group role, env var with the login name, default login name, env var with its password)
+LOGINS: tuple[tuple[str, str, str, str], ...] = (
+    (PIPELINE_ROLE, "PIPELINE_DB_USER", "pipeline", "PIPELINE_DB_PASSWORD"),
+    (AUDITOR_ROLE, "AUDITOR_DB_USER", "auditor", "AUDITOR_DB_PASSWORD"),
+)
+
+
+@dataclass
+class Decision:
+    """One (run, claim) decision with its neighbours, as the audit views give it."""
+
+    row: Mapping[str, Any]
+    neighbours: list[Mapping[str, Any]] = field(default_factory=list)
+
+
+def find_claims(conn: Connection, claim: str, dataset: str | None = None) -> list[int]:
+    """Claim ids for ``claim``: a source id (optionally within ``dataset``) or ``id:<claim id>``."""
+    if claim.startswith("id:"):
+        return list(conn.execute(text("SELECT id FROM claims WHERE id = :i"),
+                                 {"i": int(claim[3:])}).scalars())
+    return list(
+        conn.execute(
+            text("SELECT id FROM claims WHERE source_id = :s AND (CAST(:d AS text) IS NULL OR dataset = :d) "
+                 "ORDER BY id"),
+            {"s": claim, "d": dataset},
+        ).scalars()
+    )
+
+
+def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = None) -> list[Decision]:
+    """Every stored decision on ``claim_ids`` (newest run first), each with its neighbours."""
+    rows = conn.execute(
+        text("SELECT * FROM audit_decisions WHERE claim_id = ANY(:c) "
+             "AND (CAST(:r AS bigint) IS NULL OR run_id = :r) ORDER BY run_id DESC, claim_id"),
+        {"c": list(map(int, claim_ids)), "r": run_id},
+    ).mappings().all()
+    out = [Decision(r) for r in rows]
+    if not out:
+        return out
+    nbrs = conn.execute(
+        text("SELECT * FROM audit_decision_lineage WHERE claim_id = ANY(:c) AND run_id = ANY(:r) "
+             "ORDER BY run_id, claim_id, neighbor_rank"),
+        {"c": list(map(int, claim_ids)), "r": sorted({d.row["run_id"] for d in out})},
+    ).mappings().all()
+    by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}
+    for n in nbrs:
+        by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
+    return out
+
+
+def _f(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _short(value: str, width: int = 70) -> str:
+    value = " ".join(value.split())
+    return value if len(value) <= width else value[: width - 1] + "…"
+
+
+def format_decision(d: Decision) -> str:
+    """A human-readable lineage: text -> score -> label set -> neighbours -> theta -> run."""
+    r = d.row
+    verdict = "check-worthy" if r["decision"] else "not check-worthy"
+    lines = [
+        f"claim {r['dataset']}/{r['source_id']} (claim id {r['claim_id']}) in run {r['run_id']} "
+        f"[{r['run_status']}]",
+        f"  text:       {_short(r['text'], 100)}",
+        f"  score:      {_f(r['score'])} = {r['score_kind']} of {r['model']}, prompt {r['prompt_version']}, "
+        f"params {dict(r['score_params'] or {})} (prediction {r['prediction_id']}, "
+        f"raw {_short(r['raw_output'] or '', 40)!r})",
+        f"  label set:  {r['label_set_name']} #{r['label_set_id']} ({r['label_set_size']} items, "
+        f"{r['label_set_positives']} positive, fingerprint {r['label_set_fingerprint'][:12]})",
+        f"  neighbours: k={r['k']} by {r['embed_model']} cosine distance",
+        f"    {'#':>2} {'distance':>8} {'label':>5} {'score':>6} {'residual':>8}  source id / text",
+    ]
+    for n in d.neighbours:
+        lines.append(
+            f"    {n['neighbor_rank']:>2} {_f(n['neighbor_distance']):>8} {n['neighbor_label']!s:>5} "
+            f"{_f(n['neighbor_score']):>6} {_f(n['neighbor_residual']):>8}  "
+            f"{n['neighbor_source_id']}: {_short(n['neighbor_text'], 60)}"
+        )
+    lines += [
+        f"  theta:      {_f(r['theta'])} = score {_f(r['score'])} + mean residual "
+        f"{_f(r['theta'] - r['score'])}; {100 * (1 - r['alpha']):.0f}% interval "
+        f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}] ({r['interval_method']})",
+        f"  decision:   {verdict} (theta {'>=' if r['decision'] else '<'} threshold {r['threshold']})",
+        f"  run:        started {r['run_started_at']}, finished {r['run_finished_at']}, flow run "
+        f"{r['run_flow_run_id'] or '-'}, code {r['code_rev'] or '-'}, data version "
+        f"{r['data_version_id'] or '-'} ({r['data_dvc_hash'] or '-'})",
+    ]
+    if r["current_label"] is not None:
+        lines.append(f"  gold label: {r['current_label']} (label id {r['current_label_id']})")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- login roles
+
+
+def ensure_login(conn: Connection, user: str, group: str, password: str | None,
+                 read_only: bool = False) -> None:
+    """Create or update the login ``user`` as a member of ``group``.
+
+    The password travels as a bind parameter into a session setting and is quoted by the
+    server (``format('%L')``), so it never appears in a statement text or a log line.
+    A ``None`` password leaves an existing one unchanged (a new role gets none: it can log in
+    only where the server trusts local connections, as the embedded one does).
+    """
+    conn.execute(text("SELECT set_config('checkworthy.login_user', :u, true), "
+                      "set_config('checkworthy.login_group', :g, true), "
+                      "set_config('checkworthy.login_password', :p, true), "
+                      "set_config('checkworthy.login_read_only', :ro, true)"),
+                 {"u": user, "g": group, "p": password or "", "ro": "on" if read_only else "off"})
+    conn.execute(text("""
+DO $$
+DECLARE
+    u text := current_setting('checkworthy.login_user');
+    g text := current_setting('checkworthy.login_group');
+    p text := current_setting('checkworthy.login_password');
+BEGIN
+    IF u = current_user OR u = session_user THEN
+        RAISE EXCEPTION 'login % is the migrating owner: give the pipeline and auditor their own logins', u;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = u) THEN
+        EXECUTE format('CREATE ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE INHERIT', u);
+    END IF;
+    EXECUTE format('ALTER ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE', u);
+    IF p <> '' THEN
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', u, p);
+    END IF;
+    EXECUTE format('GRANT %I TO %I', g, u);
+    IF current_setting('checkworthy.login_read_only') = 'on' THEN
+        EXECUTE format('ALTER ROLE %I SET default_transaction_read_only = on', u);
+    END IF;
+END $$"""))
+    conn.execute(text("SELECT set_config('checkworthy.login_password', '', true)"))
+
+
+def bootstrap(engine: Engine, env: Mapping[str, str] | None = None) -> list[str]:
+    """Provision the login roles named in ``env``; return the logins made or updated.
+
+    A login is provisioned when its password variable is set; production sets both.
+    """
+    env = os.environ if env is None else env
+    done = []
+    with engine.begin() as conn:
+        for group, user_var, default_user, password_var in LOGINS:
+            password = env.get(password_var)
+            if not password:
+                continue
+            user = env.get(user_var) or default_user
+            ensure_login(conn, user, group, password, read_only=group == AUDITOR_ROLE)
+            done.append(user)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m checkworthy.store.audit bootstrap``: migrate as the owner, then provision logins."""
+    from checkworthy.config import quiet_offline_env
+    from checkworthy.store.engine import get_engine
+
+    quiet_offline_env()
+    p = argparse.ArgumentParser(prog="python -m checkworthy.store.audit", description=main.__doc__)
+    p.add_argument("command", choices=["bootstrap"])
+    p.parse_args(argv)
+    engine = get_engine()  # migrates to head
+    users = bootstrap(engine)
+    print(f"migrated; login roles provisioned: {', '.join(users) or 'none'}")
+    engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
