@@ -1,0 +1,142 @@
+"""The package's layers import only downwards, and its modules form no import cycle.
+
+The import graph is read with ``ast`` from the source (every import, also those inside
+functions), so a cycle hidden in a function body counts as much as one at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "checkworthy"
+
+#: bottom to top; a module may import its own layer and the layers below it, never above
+LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "cli"]
+#: modules at the package root: settings and exceptions every layer may use
+FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors"}
+#: where an import inside a function may name a checkworthy module (start-up time of the command line)
+LAZY_ALLOWED = {"cli"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    if module in FOUNDATION:
+        return "foundation"
+    layer = module.split(".")[1]
+    if layer not in LAYERS:
+        raise AssertionError(f"{module} is in no layer; put it in one of {LAYERS[1:]}")
+    return layer
+
+
+def resolve(module: str, node: ast.ImportFrom | ast.Import, is_package: bool) -> list[str]:
+    """The checkworthy modules an import statement names (a name imported from a package counts
+    as its submodule when one exists)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "checkworthy"]
+    base = node.module or ""
+    if node.level:
+        anchor = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    if base.split(".")[0] != "checkworthy":
+        return []
+    out = []
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        out.append(sub if sub in MODULES else base)
+    return out
+
+
+def graph() -> dict[str, list[tuple[str, int, bool]]]:
+    """module -> [(imported module, line, inside a function)]"""
+    edges: dict[str, list[tuple[str, int, bool]]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nested = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                  for n in ast.walk(f) if n is not f}
+        edges[name] = [
+            (target, node.lineno, id(node) in nested)
+            for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
+            for target in resolve(name, node, path.name == "__init__.py") if target != name
+        ]
+    return edges
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+EDGES = graph()
+
+
+def test_every_module_sits_in_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_imports_only_go_downwards():
+    upward = [
+        f"{MODULES[src].relative_to(PACKAGE.parent)}:{line}: {src} ({layer_of(src)}) imports "
+        f"{dst} ({layer_of(dst)})"
+        for src, targets in EDGES.items() for dst, line, _ in targets
+        if LAYERS.index(layer_of(dst)) > LAYERS.index(layer_of(src))
+    ]
+    assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components over the module graph: every component is one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w, _, _ in EDGES.get(v, []):
+            if w not in MODULES:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in MODULES:
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_package_imports_sit_at_the_top():
+    """A checkworthy import inside a function hides a dependency (and often a cycle); only the
+    command line defers them, so that ``checkworthy --help`` starts without Prefect or torch."""
+    hidden = [f"{MODULES[src].relative_to(PACKAGE.parent)}:{line}: {dst}"
+              for src, targets in EDGES.items() for dst, line, lazy in targets
+              if lazy and layer_of(src) not in LAZY_ALLOWED]
+    assert not hidden, "checkworthy imports inside functions:\n" + "\n".join(hidden)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_sys_path_edits(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+            raise AssertionError(f"{path.relative_to(PACKAGE)}:{node.lineno} uses sys.path")
