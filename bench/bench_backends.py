@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_* liv
 
 from checkworthy.config import DATA_DIR, quiet_offline_env  # noqa: E402
 from checkworthy.data.datasets import load_claimbuster  # noqa: E402
-from checkworthy.scorers.ollama_backend import OllamaScorer, RetryPolicy  # noqa: E402
+from checkworthy.scorers.http_retry import RetryPolicy  # noqa: E402
+from checkworthy.scorers.ollama_backend import OllamaScorer  # noqa: E402
 from checkworthy.scorers.openai_backend import OpenAIScorer  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
 from tests.fake_openai import FakeOpenAI  # noqa: E402
@@ -76,8 +77,9 @@ def main() -> None:
                     rows.append(("openai", f"{'sse' if stream else 'json'}, {conc} in flight",
                                  f"{latency * 1000:.0f} ms", r))
 
+    from checkworthy.runs.train_classifier import save_artefact
     from checkworthy.scorers import classifier
-    from checkworthy.store.embeddings import embed
+    from checkworthy.scorers.sentence_encoder import embed
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -86,7 +88,7 @@ def main() -> None:
         rng = np.random.default_rng(0)
         manifest = {"training_data": {"fingerprint": "bench", "excluded": {}},
                     "score_kinds": {"paper_c": "", "p_positive": ""}}
-        classifier.save_artefact("bench", rng.normal(size=384), 0.0, manifest, root=Path(tmp))
+        save_artefact("bench", rng.normal(size=384), 0.0, manifest, root=Path(tmp))
         s = classifier.ClassifierScorer("bench", root=tmp)
         r = rate(s.score, texts[2: 2 + args.classifier_n])
         rows.append(("classifier", f"MiniLM + LR head, batch 64 (model load {load_s:.1f} s apart)", "-", r))

@@ -108,7 +108,7 @@ def _time_steps() -> dict[str, float]:
 
     split: dict[str, float] = {}
     for name, label in (("pool_changes", "pools"), ("plan", "plan"), ("compute_incremental", "compute"),
-                        ("_store", "store")):
+                        ("store_incremental", "store")):
         fn = getattr(rc, name)
 
         def timed(*a, _fn=fn, _label=label, **kw):

@@ -26,9 +26,9 @@ import numpy as np
 import yaml
 from sqlalchemy import text
 
-from checkworthy.config import CODE_ROOT
+from checkworthy.data import versioning
 from checkworthy.data.datasets import load_clef, normalise_text
-from checkworthy.runs import label_updates as labels
+from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from tests.conftest import ROOT, raw_path
 
@@ -56,10 +56,10 @@ def make_dvc_repo(root: Path) -> Path:
     git(repo, "init", "-q")
     git(repo, "config", "user.email", "t@example.org")
     git(repo, "config", "user.name", "t")
-    labels.dvc_in(repo, "init", "-q")
-    labels.dvc_in(repo, "config", "core.analytics", "false")
-    labels.dvc_in(repo, "remote", "add", "-d", "local", str(root / "dvcstore"))
-    labels.dvc_in(repo, "add", "-q", "data")
+    versioning.dvc_in(repo, "init", "-q")
+    versioning.dvc_in(repo, "config", "core.analytics", "false")
+    versioning.dvc_in(repo, "remote", "add", "-d", "local", str(root / "dvcstore"))
+    versioning.dvc_in(repo, "add", "-q", "data")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "data v1")
     return repo
@@ -158,8 +158,6 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 60
 
 
 FIRST_CALIBRATIONS = """
-import sys
-sys.path.insert(0, sys.argv[1])
 from checkworthy.flows.pipeline import pipeline_flow
 out = pipeline_flow(commit_data=False)  # the project of CHECKWORTHY_ROOT, the params of CHECKWORTHY_PARAMS
 print("runs", sorted(out["run_ids"]))
@@ -169,7 +167,7 @@ print("runs", sorted(out["run_ids"]))
 def first_calibrations(project: dict[str, Any], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The main job's flow in the scratch project (what ``checkworthy run`` runs, without its report):
     the first calibrations (one per k), as they stand before label updates arrive."""
-    done = subprocess.run([sys.executable, "-c", FIRST_CALIBRATIONS, str(CODE_ROOT)], env=env,
+    done = subprocess.run([sys.executable, "-c", FIRST_CALIBRATIONS], env=env,
                           cwd=project["repo"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"the pipeline flow failed:\n{done.stdout}\n{done.stderr}"
     return done
@@ -180,7 +178,7 @@ def write_label_file(engine, lineage: str, path: Path) -> dict[str, Any]:
     with a text of its own, none shared with the test split) and 2 corrections (flipped labels of members); no text
     column, so the raw CLEF files give the texts. Returns the head it was written against."""
     with engine.connect() as conn:
-        head = labels.lineage_head(conn, lineage)
+        head = lineages.lineage_head(conn, lineage)
         members = store.label_set_claims(conn, head)
         in_set = set(conn.execute(text("SELECT source_id FROM claims WHERE id = ANY(:i)"),
                                   {"i": members}).scalars())

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from checkworthy.report import analyses
-from checkworthy.report.analyses import Pool, Row
+from checkworthy.report.analyses import Row
+from checkworthy.store.knn import Pool
 
 # a pool of 6 labelled claims (ids 10..60) and 3 targets whose full-pool neighbour lists are given
 POOL = Pool(np.array([10, 20, 30, 40, 50, 60]), np.array([1, 1, 1, 0, 0, 0]),

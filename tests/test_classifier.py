@@ -13,6 +13,7 @@ import pytest
 
 from checkworthy.config import EMBED_MODEL, VAR_DIR
 from checkworthy.data.datasets import normalise_text
+from checkworthy.runs import train_classifier as training
 from checkworthy.scorers import classifier
 from checkworthy.scorers.base import OK
 from checkworthy.scorers.registry import make_scorer
@@ -24,7 +25,7 @@ CACHE = VAR_DIR / "cache" / f"test-classifier-{EMBED_MODEL}.npz"
 @pytest.fixture(scope="module")
 def groups():
     """Every real labelled group, with the paper's calibration sets (seed and sizes of params.yaml)."""
-    return classifier.load_groups(2026, {"claimbuster": None, "clef2024": 1203})
+    return training.load_groups(2026, {"claimbuster": None, "clef2024": 1203})
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,8 @@ def tiny(groups, tmp_path_factory):
         "clef2024:dev-test": rng.sample(groups["clef2024:dev-test"], 90),
     }
     root = tmp_path_factory.mktemp("classifiers")
-    art = classifier.train("tiny", groups=small, exclude=classifier.TEST_SPLITS,
-                           sources=["claimbuster:other"], root=root, cache=CACHE)
+    art = training.train("tiny", groups=small, exclude=training.TEST_SPLITS,
+                         sources=["claimbuster:other"], root=root, cache=CACHE)
     return art, root, small
 
 
@@ -51,21 +52,21 @@ def test_default_training_set_is_leakage_free(groups):
     default training set shares no normalised text with either test split or calibration set."""
     clef_train = {normalise_text(c.text) for c in groups["clef2024:train"]}
     assert {normalise_text(c.text) for c in groups["claimbuster:2016"]} <= clef_train
-    ts = classifier.build_training_set(groups, classifier.DEFAULT_EXCLUDE)
+    ts = training.build_training_set(groups, training.DEFAULT_EXCLUDE)
     trained = {normalise_text(t) for t in ts.texts}
-    for name in classifier.DEFAULT_EXCLUDE:
+    for name in training.DEFAULT_EXCLUDE:
         assert not trained & {normalise_text(c.text) for c in groups[name]}, name
         assert ts.excluded[name]["n_rows"] == len(groups[name])
     assert len(trained) == len(ts.texts) > 15_000  # deduplicated, still most of the data
     assert set(ts.sources) <= {"claimbuster:2012", "claimbuster:other", "clef2024:dev", "clef2024:train"}
-    assert ts.fingerprint == classifier.build_training_set(groups, classifier.DEFAULT_EXCLUDE).fingerprint
+    assert ts.fingerprint == training.build_training_set(groups, training.DEFAULT_EXCLUDE).fingerprint
     with pytest.raises(ValueError, match="unknown group"):
-        classifier.build_training_set(groups, ["claimbuster:2017"])
+        training.build_training_set(groups, ["claimbuster:2017"])
 
 
 def test_small_real_training_beats_the_majority_baseline(tiny):
     art, _, small = tiny
-    for split in classifier.TEST_SPLITS:
+    for split in training.TEST_SPLITS:
         m = art.manifest["metrics"][split]["p_positive>=0.5"]
         labels = np.array([c.label for c in small[split]])
         majority_f1 = (1 - labels.mean()) * 2 * (1 - labels.mean()) / (1 + (1 - labels.mean()))
@@ -75,8 +76,8 @@ def test_small_real_training_beats_the_majority_baseline(tiny):
         assert c_metrics["weighted_f1"] < m["weighted_f1"]  # paper_c >= 0.5 calls everything positive
     manifest = art.manifest
     assert manifest["training_data"]["n_texts"] == 260
-    assert set(manifest["training_data"]["excluded"]) == set(classifier.TEST_SPLITS)
-    assert manifest["hyperparameters"]["C"] in classifier.C_GRID
+    assert set(manifest["training_data"]["excluded"]) == set(training.TEST_SPLITS)
+    assert manifest["hyperparameters"]["C"] in training.C_GRID
 
 
 def test_artefact_versions_integrity_and_scores(tiny):
@@ -97,7 +98,7 @@ def test_artefact_versions_integrity_and_scores(tiny):
         assert p.status == c.status == OK and c.score >= 0.5
         assert c.score == pytest.approx(max(p.score, 1 - p.score))
         assert json.loads(p.raw)["p_positive"] == p.score
-    x = classifier.embed_cached(texts, CACHE)
+    x = training.embed_cached(texts, CACHE)
     assert [r["p_positive"].score for r in out] == pytest.approx(art.predict_proba(x).tolist(), abs=1e-5)
     head = folder / "head.json"
     head.write_bytes(head.read_bytes().replace(b'"intercept":', b'"intercept": '))
@@ -112,8 +113,8 @@ def test_evaluation_refuses_splits_seen_in_training(tiny):
     manifest = copy.deepcopy(art.manifest)
     manifest["training_data"]["excluded"] = {"claimbuster:2016": {}}
     leaky = dataclasses.replace(art, manifest=manifest)
-    metrics = classifier.evaluate(leaky, small, cache=None,
-                                  embedder=lambda t: np.zeros((len(t), 384), np.float32))
+    metrics = training.evaluate(leaky, small, cache=None,
+                                embedder=lambda t: np.zeros((len(t), 384), np.float32))
     assert "refused" in metrics["clef2024:dev-test"] and "refused" not in metrics["claimbuster:2016"]
 
 

@@ -1,4 +1,4 @@
-"""Method comparison (issue 6, items 3 and 4): pure computation, storage, CLI, report section.
+"""Method comparison: pure computation, storage, CLI, report section.
 
 The pure part runs on synthetic exchangeable data, where the conformal guarantees must show;
 the stored part on small real runs (CLEF claims, imported scores, real MiniLM embeddings, SQL
@@ -18,14 +18,17 @@ from checkworthy.data.datasets import load_clef
 from checkworthy.method import metrics
 from checkworthy.method.corrections import LabelledSet
 from checkworthy.method.intervals import INTERVAL_METHODS
-from checkworthy.report import build as report
 from checkworthy.report import comparison
 from checkworthy.report.comparison import CompareInputs, CompareOptions, MetricRow, compare, targets_met
+from checkworthy.report.evaluation import AnalysisOptions
+from checkworthy.report.files import rerender, save_report
 from checkworthy.runs.calibration_run import RunSpec, run_calibration
-from checkworthy.runs.evaluation import load_metrics
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.comparisons import comparison_heads, comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.metrics import load_metrics
+from checkworthy.store.reports import stored_report
 from tests.conftest import raw_path
 
 # ------------------------------------------------------------------------------ pure part
@@ -174,8 +177,8 @@ def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
         cid = comparison.ensure_comparison(conn, rid, code_rev="test")
     with engine.begin() as conn:
         assert comparison.ensure_comparison(conn, rid, code_rev="test") == cid  # reused
-        rows = comparison.load_rows(conn, [cid])
-        head = comparison.load_heads(conn, [cid])[cid]
+        rows = comparison_rows(conn, [cid])
+        head = comparison_heads(conn, [cid])[cid]
         stored = load_metrics(conn, rid)
     info = head["params"]["info"]
     assert info["neighbours_as_stored"] is True
@@ -201,13 +204,13 @@ def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
 def test_old_reports_rerender_unchanged_after_comparisons_exist(engine, world, tmp_path):
     rid = world[("token_prob", 3)]
     with engine.begin() as conn:
-        report.save_report(conn, "cmp-before", [rid], tmp_path, options=report.AnalysisOptions(
+        save_report(conn, "cmp-before", [rid], tmp_path, options=AnalysisOptions(
             k_sweep=(1, 3), sizes=(50,), seeds=(0,), size_ks=(3,), k_big=5))
-        before = report.stored_report(conn, "cmp-before")
+        before = stored_report(conn, "cmp-before")
         assert "Methods compared" not in before["markdown"] and before["comparison_ids"] is None
         comparison.ensure_comparison(conn, rid, code_rev="test")
     with engine.connect() as conn:
-        assert report.rerender(conn, before).markdown == before["markdown"]
+        assert rerender(conn, before).markdown == before["markdown"]
 
 
 def test_cli_compare_stores_prints_and_reports(engine, world, use_db, tmp_path, capsys):
@@ -224,7 +227,7 @@ def test_cli_compare_stores_prints_and_reports(engine, world, use_db, tmp_path, 
     section = md.split("## Methods compared", 1)[1]
     assert "Cross-validated choice" in section and ("| met" in section or "| missed" in section)
     with engine.connect() as conn:
-        stored = report.stored_report(conn, "cmp-report")
+        stored = stored_report(conn, "cmp-report")
         n = conn.execute(text("SELECT count(*) FROM method_comparisons WHERE run_id = ANY(:r)"),
                          {"r": ids}).scalar_one()
     assert stored["comparison_ids"] and n == 2

@@ -94,11 +94,11 @@ def compose(raw) -> dict:
 
 
 def code_env_names() -> set[str]:
-    """Environment variables the project's code reads (src/ and flows/)."""
+    """Environment variables the project's code reads (src/, the flows included)."""
     pattern = re.compile(
         r"""(?:environ\.get|environ\.setdefault|getenv|environ)\s*[\(\[]\s*["']([A-Z][A-Z0-9_]+)""")
     names = set()
-    for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "flows").rglob("*.py")]:
+    for path in (ROOT / "src").rglob("*.py"):
         names |= set(pattern.findall(path.read_text(encoding="utf-8")))
     names |= {var for _, user, _, pw in audit.LOGINS for var in (user, pw)}  # checkworthy.store.audit bootstrap
     return names

@@ -26,7 +26,7 @@ from checkworthy.data.datasets import (
 from checkworthy.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
-RAW_DIRS = (REPO / "data" / "raw", Path("/work/shared/datasets"))
+RAW_DIRS = (REPO / "data" / "raw", REPO.parent / "shared" / "datasets")  # shared/ sits beside the checkout
 
 CB_FILE = "claimbuster/crowdsourced.csv"
 CLEF_FILES = {s: f"clef2024/CT24_checkworthy_english_{s}.tsv" for s in ("train", "dev", "dev-test")}

@@ -1,14 +1,11 @@
 """The served deployments (src/checkworthy/flows/deploy.py) and the worker's (prefect.yaml) are the same five:
 same flows, schedules, event triggers and concurrency limits."""
 
-import sys
 
 import yaml
 
 from checkworthy.config import ROOT
-from checkworthy.store.provenance import GUIDELINES_UPDATED, LABELS_UPDATED
-
-sys.path.insert(0, str(ROOT))
+from checkworthy.flows.events import GUIDELINES_UPDATED, LABELS_UPDATED
 
 
 def test_served_deployments_match_prefect_yaml(monkeypatch):

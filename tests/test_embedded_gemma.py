@@ -8,14 +8,9 @@ import pytest
 import torch
 
 from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
-from checkworthy.scorers.embedded_gemma import (
-    ABLATION_T01,
-    ATTENTION_IMPLEMENTATION,
-    GREEDY,
-    PAPER,
-    EmbeddedGemmaScorer,
-)
+from checkworthy.scorers.embedded_gemma import ATTENTION_IMPLEMENTATION, PAPER, EmbeddedGemmaScorer
 from checkworthy.scorers.prompt import SUFFIX_TAIL, build_prompt, load_guidelines, parse_score
+from checkworthy.scorers.sampling_presets import ABLATION_T01, GREEDY
 
 pytestmark = pytest.mark.slow
 

@@ -34,16 +34,16 @@ def test_out_of_fold_probabilities_never_see_their_own_label():
     """Each claim's out-of-fold probability is a model fitted on the other folds alone."""
     from sklearn.linear_model import LogisticRegression
 
-    from checkworthy.method.embedding_head import _folds
+    from checkworthy.method.embedding_head import stratified_folds
 
     emb, c, y = two_topics()
     head = fit_head(emb, c, y, Cs=(1.0,))
     x = features(emb, c)
-    for train, test in _folds(y, 5, 0):
+    for train, test in stratified_folds(y, 5, 0):
         assert not set(train) & set(test)
         model = LogisticRegression(C=1.0, max_iter=2000).fit(x[train], y[train])
         assert head.oof[test] == pytest.approx(model.predict_proba(x[test])[:, 1], abs=1e-12)
-    assert sum(len(t) for _, t in _folds(y, 5, 0)) == len(y)
+    assert sum(len(t) for _, t in stratified_folds(y, 5, 0)) == len(y)
 
 
 def test_needs_two_of_each_class():
@@ -77,14 +77,14 @@ def test_neighbour_scores_come_from_a_head_that_saw_neither_claim():
     from sklearn.linear_model import LogisticRegression
 
     from checkworthy.method.corrections import LabelledSet
-    from checkworthy.method.embedding_head import _folds
+    from checkworthy.method.embedding_head import stratified_folds
 
     emb, c, y = two_topics(120)
     head = fit_head(emb, c, y, Cs=(1.0,))
     nbr = np.array([[(i + 1) % 120, (i + 7) % 120, (i + 60) % 120] for i in range(120)])
     cal = head.labelled_set(LabelledSet(y=y, c=c, nbr=nbr))
     assert cal.c.tolist() == head.oof.tolist()
-    folds = _folds(y, 5, 0)
+    folds = stratified_folds(y, 5, 0)
     fold = np.empty(120, int)
     for f, (_, test) in enumerate(folds):
         fold[test] = f

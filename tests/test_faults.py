@@ -34,13 +34,14 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from checkworthy.config import ROOT, VAR_DIR
-from checkworthy.runs.calibration_run import _fingerprint, load_results, run_calibration, run_key
-from checkworthy.runs.evaluation import load_metrics
+from checkworthy.runs.calibration_run import run_calibration, run_key
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import load_embeddings
 from checkworthy.store.engine import embedded_url, migrate
+from checkworthy.store.metrics import load_metrics
 from tests.test_append_only import Scenario, build_scenario, clef_claims
 
 TIMEOUT = 60.0
@@ -157,7 +158,7 @@ def test_database_killed_mid_calibration(cluster):
     _crash_during(cluster, engine, sc, "evaluation_metrics", "INSERT INTO evaluation_metrics")
 
     with engine.connect() as conn:
-        fingerprint = _fingerprint(conn, sc.label_set_id)
+        fingerprint = store.label_set_fingerprint(conn, sc.label_set_id)
         key = run_key(sc.spec(), fingerprint)
         before = conn.execute(text(
             "SELECT h.run_id, h.status, h.effective_status, h.n_results, "
@@ -367,7 +368,7 @@ def test_two_calibrations_of_the_same_label_set_at_once(engine):
     sc = build_scenario(engine, "fault-concurrent", n_lab=60, n_unl=30, offset=40)
     spec = sc.spec(k=5)
     with engine.connect() as conn:
-        key = run_key(spec, _fingerprint(conn, sc.label_set_id))
+        key = run_key(spec, store.label_set_fingerprint(conn, sc.label_set_id))
     got: list[int | BaseException] = []
     start = threading.Barrier(3)
 

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import csv
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from sqlalchemy import text
 
+from checkworthy.config import GUIDELINES_FILE
+from checkworthy.data import versioning
 from checkworthy.data.datasets import load_clef, normalise_text
-from checkworthy.runs import label_updates as labels
+from checkworthy.scorers import registry
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.registry import prompt_info
+from checkworthy.store import label_updates as label_history
+from checkworthy.store import lineages
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import runs_in_force
 from tests.conftest import ROOT, raw_path
 from tests.scratch_project import make_scratch_project, text_score
 from tests.test_recalibrate import assert_incremental_equals_full
 
-sys.path.insert(0, str(ROOT))
 SEED = 3003  # a lineage of its own: clef2024:calibration:seed=3003
 
 
@@ -74,7 +77,7 @@ def test_pipeline_flow_runs_every_step_and_records_provenance(flows, setup, engi
                                   JOIN data_versions d ON d.id = f.data_version_id
                                   WHERE f.flow_run_id = :f"""),
                           {"f": flow_run}).one()
-        assert dv.dvc_hash == labels.data_hash(ROOT)
+        assert dv.dvc_hash == versioning.data_hash(ROOT)
         for table in ("predictions", "validation_runs", "label_set_versions", "target_claims"):
             n = conn.execute(text(f"SELECT count(*) FROM {table} WHERE flow_run_id = :f"),
                              {"f": flow_run}).scalar()
@@ -89,7 +92,7 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
     """Add and correct labels -> new DVC + label-set version -> event -> incremental recalibration."""
     repo, db = setup["repo"], setup["db_url"]
     with engine.connect() as conn:
-        head0 = labels.lineage_head(conn, lineage())
+        head0 = lineages.lineage_head(conn, lineage())
         members = store.label_set_claims(conn, head0)
         in_set = {r.source_id for r in conn.execute(
             text("SELECT source_id FROM claims WHERE id = ANY(:i)"), {"i": members})}
@@ -107,7 +110,7 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
         w.writerow(["id", "dataset", "label", "source"])  # no text: it comes from the raw dataset
         w.writerows([c.source_id, "clef2024", c.label, "annotator:ann"] for c in new)
         w.writerows([f.source_id, "clef2024", 1 - f.label, "annotator:bob"] for f in flips)
-    hash0 = labels.data_hash(repo)
+    hash0 = versioning.data_hash(repo)
 
     out = flows.label_update_flow(files=[str(csv_path)], repo=str(repo), db_url=db,
                                   params_path=setup["params"])
@@ -116,14 +119,14 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
     head1 = upd["new_heads"][lineage()]
     assert head1 != head0 and upd["event_id"]
     # a new data version: the file is in data/labels/ of the repo, data.dvc moved, the remote has it
-    assert (repo / "data" / "labels" / csv_path.name).exists() and labels.data_hash(repo) != hash0
-    labels.dvc_in(repo, "status", "-c", "-q")  # nothing missing from the remote
+    assert (repo / "data" / "labels" / csv_path.name).exists() and versioning.data_hash(repo) != hash0
+    versioning.dvc_in(repo, "status", "-c", "-q")  # nothing missing from the remote
     with engine.connect() as conn:
-        log = labels.version_log(conn, lineage())
+        log = lineages.version_log(conn, lineage())
         assert [v["label_set_id"] for v in log][-2:] == [head0, head1]
-        assert log[-1]["dvc_hash"] == labels.data_hash(repo) and log[-1]["update_id"] == upd["update_id"]
+        assert log[-1]["dvc_hash"] == versioning.data_hash(repo) and log[-1]["update_id"] == upd["update_id"]
         assert log[-1]["flow_run_id"]
-        old = labels.reconstruct_label_set(conn, head0)
+        old = label_history.reconstruct_label_set(conn, head0)
         assert {k: v for k, v in old.items() if k in members} == old  # history rebuilds version 0
     assert _event_stored(upd["event_id"])
 
@@ -132,7 +135,7 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
     recal = flows.recalibrate_flow([lineage()], db, str(repo), setup["params"])
     assert recal["skipped"] == [] and len(recal["runs"]) == 2
     with engine.connect() as conn:
-        claim_ids = labels.target_claim_ids(conn, lineage())["clef2024:test"]
+        claim_ids = lineages.target_claim_ids(conn, lineage())["clef2024:test"]
         flipped = set(conn.execute(
             text("SELECT id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
             {"s": [f.source_id for f in flips]}).scalars())
@@ -168,12 +171,12 @@ def test_failing_validation_keeps_the_calibration_in_force(flows, setup, engine,
     train, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")
     leak = next(c for c in train if c.source_id == "7316")  # "I'll give you an example." is in dev-test
     with engine.begin() as conn:
-        before = {r["id"] for r in flows.recalibrate.runs_in_force(conn, lineage())}
-        head = labels.lineage_head(conn, lineage())
+        before = {r["id"] for r in runs_in_force(conn, lineage())}
+        head = lineages.lineage_head(conn, lineage())
         (leak_id,) = store.store_claims_with_labels(
             conn, [store.NewClaim("clef2024", "train", leak.source_id, leak.text, leak.label)], "test")
         bad = store.create_label_set(conn, lineage(), store.label_set_claims(conn, head) + [leak_id])
-        labels.set_head(conn, lineage(), bad, "test: leaked sentence")
+        lineages.set_head(conn, lineage(), bad, "test: leaked sentence")
     try:
         out = flows.recalibrate_flow([lineage()], db, str(ROOT), setup["params"])
         assert out["skipped"] == [lineage()] and out["runs"] == []
@@ -184,10 +187,10 @@ def test_failing_validation_keeps_the_calibration_in_force(flows, setup, engine,
                                     "check_name = 'no_leakage'"),
                                {"v": verdict["validation_run_id"]}).mappings().one()
             assert not row["success"] and row["unexpected_claim_ids"] == [leak_id]
-            assert {r["id"] for r in flows.recalibrate.runs_in_force(conn, lineage())} == before
+            assert {r["id"] for r in runs_in_force(conn, lineage())} == before
     finally:
         with engine.begin() as conn:
-            labels.set_head(conn, lineage(), head, "test: revert")
+            lineages.set_head(conn, lineage(), head, "test: revert")
 
 
 def test_guideline_edit_rescores_under_the_new_prompt(flows, setup, engine, first_run):
@@ -205,13 +208,13 @@ def test_guideline_edit_rescores_under_the_new_prompt(flows, setup, engine, firs
             shift = int(self.version[-2:], 16) / 2550  # the prompt moves every score a little
             return [{"verbalised": Score(min(1.0, text_score(t) + shift), OK, "x")} for t in texts]
 
-    flows.SCORER_FACTORIES["guided"] = lambda spec, **o: (GuidedScorer(spec, o["guidelines"]),
+    registry.FACTORIES["guided"] = lambda spec, **o: (GuidedScorer(spec, o["guidelines"]),
                                                          prompt_info(o["guidelines"]))
     params = yaml.safe_load(Path(setup["params"]).read_text()) | {"models": [{"spec": "guided:v"}], "k": [5]}
     params_path = setup["tmp"] / "params-guided.yaml"
     params_path.write_text(yaml.safe_dump(params))
     guide = setup["tmp"] / "guidelines.yaml"
-    shutil.copy(ROOT / "src" / "checkworthy" / "guidelines" / "checkworthiness.yaml", guide)
+    shutil.copy(GUIDELINES_FILE, guide)
     repo, db = str(setup["repo"]), setup["db_url"]
     base = flows.guidelines_update_flow(str(guide), repo, db, str(params_path))
     assert base["new"] and base["baseline"] and base["event_id"] is None  # the first version is the baseline

@@ -204,7 +204,7 @@ LABEL_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
 
 @pytest.mark.parametrize("case", _case_params(LABEL_CASES))
 def test_label_file_names_file_row_and_field(tmp_path, case):
-    from checkworthy.runs.label_updates import read_label_csv
+    from checkworthy.data.label_files import read_label_csv
 
     data, row, field, _ = LABEL_CASES[case]
     assert_refused(read_label_csv, tmp_path / "labels.csv", data, row, field)
@@ -252,7 +252,7 @@ SCORE_INPUT_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
 
 @pytest.mark.parametrize("case", _case_params(SCORE_INPUT_CASES))
 def test_score_input_names_file_row_and_field(tmp_path, case):
-    from checkworthy.cli.score import read_input
+    from checkworthy.runs.score_file import read_input
 
     data, row, field, _ = SCORE_INPUT_CASES[case]
     assert_refused(read_input, tmp_path / "in.csv", data, row, field)
@@ -453,7 +453,7 @@ def _check_byo(path: Path) -> None:
 
 
 def _check_score_input(path: Path) -> None:
-    from checkworthy.cli.score import read_input
+    from checkworthy.runs.score_file import read_input
 
     rows = read_input(path)
     assert rows and len({i for i, _ in rows}) == len(rows) and all(t.strip() for _, t in rows)

@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from checkworthy.data import versioning
 from checkworthy.data.validation import Bounds
 from checkworthy.errors import DataError
 from checkworthy.runs import label_updates as labels
+from checkworthy.store import label_updates as label_history
+from checkworthy.store import lineages
 from checkworthy.store import rows as store
+from checkworthy.store.data_versions import record_data_version
 from tests.scratch_project import make_dvc_repo
 from tests.test_recalibrate import build_world
 
@@ -54,32 +58,32 @@ def test_label_file_makes_a_data_version_and_a_label_set_version(engine, world, 
             + [[sid[i], w.tag, c.label, ""] for i, c in zip(w.extra_ids[:10], w.extra[:10])]      # additions
             + [[sid[i], w.tag, 1 - before[i], "annotator:bob"] for i in w.target_ids[:2]])        # gold only
     src = write_csv(tmp_path / "batch-1.csv", rows)
-    hash0 = labels.data_hash(repo)
-    placed = labels.place_in_data(src, repo)
+    hash0 = versioning.data_hash(repo)
+    placed = versioning.place_in_data(src, repo)
     assert placed == repo / "data" / "labels" / "batch-1.csv"
-    assert labels.version_data(repo) != hash0
-    labels.dvc_in(repo, "status", "-c", "-q")  # the new version is in the remote
+    assert versioning.version_data(repo) != hash0
+    versioning.dvc_in(repo, "status", "-c", "-q")  # the new version is in the remote
     with engine.begin() as conn:
-        dv = labels.record_data_version(conn, repo)
+        dv = record_data_version(conn, versioning.data_version(repo))
     out = labels.apply_label_file(engine, placed, BOUNDS, dv)
     assert out.status == "applied" and not out.reused and out.n_appended == 15
     (head1,) = out.new_heads.values()
     with engine.connect() as conn:
-        assert labels.lineage_head(conn, w.lineage) == head1
+        assert lineages.lineage_head(conn, w.lineage) == head1
         members = set(store.label_set_claims(conn, head1))
         assert members == set(w.lab_ids) | set(w.extra_ids[:10])  # targets' gold labels stay out
-        hist = labels.label_history(conn, w.lab_ids[0])
+        hist = label_history.label_history(conn, w.lab_ids[0])
         assert [h["label"] for h in hist] == [before[w.lab_ids[0]], 1 - before[w.lab_ids[0]]]
         assert hist[-1]["source"] == "annotator:ann" and hist[-1]["update_id"] == out.update_id
-        assert labels.label_history(conn, w.extra_ids[0])[-1]["source"] == "file:batch-1.csv"
+        assert label_history.label_history(conn, w.extra_ids[0])[-1]["source"] == "file:batch-1.csv"
         assert store.current_labels(conn, w.target_ids[:2]) == {i: 1 - before[i] for i in w.target_ids[:2]}
         # both versions rebuild from the append-only history
-        v0 = labels.reconstruct_label_set(conn, w.ls0)
-        v1 = labels.reconstruct_label_set(conn, head1)
+        v0 = label_history.reconstruct_label_set(conn, w.ls0)
+        v1 = label_history.reconstruct_label_set(conn, head1)
         assert v0[w.lab_ids[0]] == before[w.lab_ids[0]] and v1[w.lab_ids[0]] == 1 - before[w.lab_ids[0]]
-        log = labels.version_log(conn, w.lineage)
+        log = lineages.version_log(conn, w.lineage)
         assert [(v["label_set_id"], v["reason"]) for v in log] == [(w.ls0, "initial"), (head1, "labels")]
-        assert log[1]["dvc_hash"] == labels.data_hash(repo) and log[1]["update_id"] == out.update_id
+        assert log[1]["dvc_hash"] == versioning.data_hash(repo) and log[1]["update_id"] == out.update_id
         assert conn.execute(text("SELECT count(*) FROM labels")).scalar_one() == n_labels + 15
     # the same bytes again: nothing new
     again = labels.apply_label_file(engine, placed, BOUNDS, dv)
@@ -92,9 +96,9 @@ def test_label_file_makes_a_data_version_and_a_label_set_version(engine, world, 
 def test_reverting_a_correction_points_back_to_the_earlier_version(engine, world, tmp_path):
     w = world
     with engine.connect() as conn:
-        head = labels.lineage_head(conn, w.lineage)
-        prev = labels.version_log(conn, w.lineage)[-2]["label_set_id"]
-        v_prev = labels.reconstruct_label_set(conn, prev)
+        head = lineages.lineage_head(conn, w.lineage)
+        prev = lineages.version_log(conn, w.lineage)[-2]["label_set_id"]
+        v_prev = label_history.reconstruct_label_set(conn, prev)
     sid = source_ids(engine, w.lab_ids[:3] + w.extra_ids[:10])
     # undo the corrections and withdraw nothing else: the same content as before plus the additions
     rows = [[sid[i], w.tag, v_prev[i], "annotator:ann"] for i in w.lab_ids[:3]]
@@ -102,13 +106,13 @@ def test_reverting_a_correction_points_back_to_the_earlier_version(engine, world
     (new_head,) = out.new_heads.values()
     assert out.status == "applied" and new_head != head
     with engine.connect() as conn:
-        history = labels.label_history(conn, w.lab_ids[0])
+        history = label_history.label_history(conn, w.lab_ids[0])
         was = v_prev[w.lab_ids[0]]
         assert [h["label"] for h in history] == [was, 1 - was, was]
-        assert labels.version_log(conn, w.lineage)[-1]["parent_id"] is not None
+        assert lineages.version_log(conn, w.lineage)[-1]["parent_id"] is not None
         # labels as they stood before the revert are still there to read
         t = history[1]["created_at"]
-        assert labels.labels_as_of(conn, [w.lab_ids[0]], t) == {w.lab_ids[0]: 1 - v_prev[w.lab_ids[0]]}
+        assert label_history.labels_as_of(conn, [w.lab_ids[0]], t) == {w.lab_ids[0]: 1 - v_prev[w.lab_ids[0]]}
 
 
 def test_rerunning_the_main_job_keeps_corrections(engine, world, tmp_path):
@@ -119,7 +123,7 @@ def test_rerunning_the_main_job_keeps_corrections(engine, world, tmp_path):
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT c.id, c.source_id, t.text FROM claims c JOIN texts t "
                                  "USING (text_hash) WHERE c.id = ANY(:i) ORDER BY c.id"), {"i": ids}).all()
-        from_file = {i: labels.label_history(conn, i)[0]["label"] for i in ids}
+        from_file = {i: label_history.label_history(conn, i)[0]["label"] for i in ids}
     out = labels.apply_label_file(engine, write_csv(tmp_path / "fix.csv", [
         [sid[i], w.tag, 1 - from_file[i], "annotator:ann"] for i in ids]), BOUNDS)
     assert out.status == "applied"

@@ -16,7 +16,9 @@ import re
 import pytest
 from sqlalchemy import create_engine, text
 
-from checkworthy.runs import label_updates as labels
+from checkworthy.data import versioning
+from checkworthy.store import label_updates as label_history
+from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from tests.conftest import table_counts
 from tests.scratch_project import (
@@ -59,7 +61,7 @@ def added(project):
     engine, repo = project["engine"], project["repo"]
     path = project["tmp"] / "corrections.csv"
     drop = write_label_file(engine, project["lineage"], path)
-    before = {"hash": labels.data_hash(repo), "data.dvc": (repo / "data.dvc").read_text()}
+    before = {"hash": versioning.data_hash(repo), "data.dvc": (repo / "data.dvc").read_text()}
     done = run_cli(["labels", "add", str(path)], project["env"], repo)
     print(done.stdout, done.stderr)
     return {"done": done, "path": path, "drop": drop, "before": before}
@@ -75,15 +77,15 @@ def test_labels_add_versions_applies_and_recalibrates_incrementally(project, add
     placed = repo / "data" / "labels" / added["path"].name
     assert placed.read_bytes() == added["path"].read_bytes()
     assert (repo / "data.dvc").read_text() != added["before"]["data.dvc"]
-    new_hash = labels.data_hash(repo)
+    new_hash = versioning.data_hash(repo)
     assert new_hash != added["before"]["hash"]
     assert pushed_files(project, new_hash)["labels/corrections.csv"] == md5_of(added["path"])
-    labels.dvc_in(repo, "status", "-c", "-q")  # nothing missing from the scratch remote
+    versioning.dvc_in(repo, "status", "-c", "-q")  # nothing missing from the scratch remote
     with engine.connect() as conn:
         upd = conn.execute(text("SELECT * FROM label_updates ORDER BY id DESC LIMIT 1")).mappings().one()
         dv = conn.execute(text("SELECT * FROM data_versions WHERE id = :i"),
                           {"i": upd["data_version_id"]}).mappings().one()
-        log = labels.version_log(conn, lineage)
+        log = lineages.version_log(conn, lineage)
         runs = conn.execute(text("SELECT * FROM calibration_runs WHERE label_set_id = :s ORDER BY k"),
                             {"s": log[-1]["label_set_id"]}).mappings().all()
     assert (upd["status"], upd["n_rows"], upd["n_appended"]) == ("applied", n_rows, n_rows)
@@ -100,7 +102,7 @@ def test_labels_add_versions_applies_and_recalibrates_incrementally(project, add
             text("SELECT id, source_id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
             {"s": [c.source_id for c in drop["new"]] + drop["flips"]})}
         current = dict(store.current_labels(conn, list(new_ids.values())))
-        old_labels = labels.reconstruct_label_set(conn, head0)
+        old_labels = label_history.reconstruct_label_set(conn, head0)
     assert members == set(store_members(engine, head0)) | {new_ids[c.source_id] for c in drop["new"]}
     assert all(current[new_ids[c.source_id]] == c.label for c in drop["new"])
     flipped = {new_ids[s] for s in drop["flips"]}
@@ -116,7 +118,7 @@ def test_labels_add_versions_applies_and_recalibrates_incrementally(project, add
 
     # the incremental runs equal a full recomputation and recompute exactly the affected claims
     with engine.connect() as conn:
-        targets = labels.target_claim_ids(conn, lineage)["clef2024:test"]
+        targets = lineages.target_claim_ids(conn, lineage)["clef2024:test"]
     for run in runs:
         n_recomputed, n = assert_incremental_equals_full(engine, run["id"], project["first"][run["k"]], head1,
                                                          targets, flipped)
@@ -131,7 +133,7 @@ def store_members(engine, label_set_id: int) -> list[int]:
 def test_labels_versions_lists_the_new_version(project, added):
     assert added["done"].returncode == 0
     with project["engine"].connect() as conn:
-        log = labels.version_log(conn, project["lineage"])
+        log = lineages.version_log(conn, project["lineage"])
     done = run_cli(["labels", "versions"], project["env"], project["repo"])
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -153,7 +155,7 @@ def test_labels_add_rejects_a_label_outside_0_1_and_applies_nothing(project, add
     path.write_text("id,dataset,label\n" + f"{good[0].source_id},clef2024,{1 - good[0].label}\n"
                     + f"{good[1].source_id},clef2024,2\n", encoding="utf-8")
     with engine.connect() as conn:
-        head = labels.lineage_head(conn, lineage)
+        head = lineages.lineage_head(conn, lineage)
         n_runs = conn.execute(text("SELECT count(*) FROM calibration_runs")).scalar_one()
     before = table_counts(engine)
 
@@ -164,7 +166,7 @@ def test_labels_add_rejects_a_label_outside_0_1_and_applies_nothing(project, add
     assert "failed label_in_0_1 (field 'label'): line 3" in out, out
     assert table_counts(engine) == before  # no claim, label, label set, calibration or result
     with engine.connect() as conn:
-        assert labels.lineage_head(conn, lineage) == head
+        assert lineages.lineage_head(conn, lineage) == head
         assert conn.execute(text("SELECT count(*) FROM calibration_runs")).scalar_one() == n_runs
         upd = conn.execute(text("SELECT * FROM label_updates ORDER BY id DESC LIMIT 1")).mappings().one()
         failed = conn.execute(text("SELECT check_name, unexpected_rows FROM validation_results r "

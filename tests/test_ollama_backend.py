@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
 from checkworthy.scorers import prompt
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE
-from checkworthy.scorers.ollama_backend import (
-    ANSWER_SCHEMA,
-    BackendConfigError,
-    BackendError,
-    Gate,
-    OllamaScorer,
-    Retry,
-    RetryPolicy,
-    call_with_retries,
-    chat_prompt,
-    paper_sampling,
-    parse_answer,
-    parse_retry_after,
-)
+from checkworthy.scorers.http_retry import BackendConfigError, BackendError, RetryPolicy
+from checkworthy.scorers.ollama_backend import OllamaScorer
+from checkworthy.scorers.prompt import ANSWER_SCHEMA, chat_prompt
 from checkworthy.scorers.registry import make_scorer
+from checkworthy.scorers.sampling_presets import paper_sampling
 from checkworthy.store.rows import params_hash
 from tests.fake_ollama import FakeOllama, statement_of
 
@@ -80,14 +69,6 @@ def test_modes_speak_the_real_endpoints(server, mode, stream):
 
 def _sent(body: dict) -> str:
     return body["messages"][0]["content"] if "messages" in body else body["prompt"]
-
-
-def test_prompt_is_the_shared_builder_and_version():
-    """Chat prompts are prompt.build_prompt minus the pre-fill, so the stored prompt version is right."""
-    full = prompt.build_prompt(CLAIMS[0], GUIDELINES)
-    chat = chat_prompt(CLAIMS[0], GUIDELINES)
-    assert full.startswith(chat) and full[len(chat):].strip() == prompt.PREFILL.strip()
-    assert chat.startswith(prompt.build_prefix(GUIDELINES))
 
 
 def test_params_paper_sampling_and_identity(server, monkeypatch):
@@ -197,31 +178,6 @@ def test_claims_cannot_escape_the_statement_slot(server):
     assert sent.endswith(prompt.neutralise_claim(attack) + prompt.SLOT_CLOSE + prompt.ANSWER_LEAD.rstrip())
 
 
-@pytest.mark.parametrize(("answer", "expected"), [
-    ('{"confidence_score": 1.7, "justification": "x"}', (None, OUT_OF_RANGE)),
-    ('{"confidence_score": -0.2, "justification": "x"}', (None, OUT_OF_RANGE)),
-    ('{"confidence_score": 85, "justification": "percent?"}', (None, OUT_OF_RANGE)),
-    ('{"confidence_score": "0.8", "justification": "x"}', (None, NOT_A_NUMBER)),
-    ('{"confidence_score": "high", "justification": "x"}', (None, NOT_A_NUMBER)),
-    ('{"confidence_score": null, "justification": "x"}', (None, NOT_A_NUMBER)),
-    ('{"confidence_score": true, "justification": "x"}', (None, NOT_A_NUMBER)),
-    ('{"confidence_score": NaN, "justification": "x"}', (None, NOT_A_NUMBER)),
-    ("I think this is check-worthy.", (None, UNPARSEABLE)),
-    ("", (None, UNPARSEABLE)),
-    ('{"justification": "forgot the score"}', (None, UNPARSEABLE)),
-    ('{"confidence_score": 0.35, "justification": "cut off by num_pred', (0.35, OK)),
-    ('{"confidence_score": abc, "justification": "x"}', (None, NOT_A_NUMBER)),
-    ('```json\n{"confidence_score": 0.6, "justification": "x"}\n```', (0.6, OK)),
-    ('Sure! {"confidence_score": 0.7, "justification": "x"}', (0.7, OK)),
-    ('{"justification": "the claim says {\\"confidence_score\\": 1}", "confidence_score": 0.2}', (0.2, OK)),
-    ('{"confidence_score": 0.2, "justification": "x"} {"confidence_score": 1.0}', (0.2, OK)),
-    ('{"confidence_score": 0, "justification": "x"}', (0.0, OK)),
-    ('{"confidence_score": 1, "justification": "x"}', (1.0, OK)),
-])
-def test_parse_answer_never_invents_a_score(answer, expected):
-    assert parse_answer(answer) == expected
-
-
 def test_bad_answers_are_stored_failures_with_raw_text():
     """Out-of-range, non-numeric and unparseable answers come back as failures carrying the raw text
     (NUL made storable), not as errors and not as scores."""
@@ -239,34 +195,3 @@ def test_bad_answers_are_stored_failures_with_raw_text():
                                                   (None, NOT_A_NUMBER)]
     assert out[0].raw.startswith('{"confidence_score": 3') and out[1].raw == "no idea\ufffd"
     assert all(x.status != ERROR for x in out)
-
-
-def test_retry_after_and_shared_gate():
-    """Retry-After (seconds, milliseconds, HTTP date) sets the wait; the gate holds every worker; a
-    wait longer than max_retry_after is not waited for."""
-    assert parse_retry_after({"retry-after": "2"}) == 2.0
-    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
-    assert 25 < parse_retry_after({"retry-after": date}) <= 30
-    assert parse_retry_after({}) is None
-    gate = Gate()
-    gate.hold(0.3)
-    t0 = time.monotonic()
-    gate.wait()
-    assert time.monotonic() - t0 >= 0.29
-    calls = []
-
-    def flaky():
-        calls.append(time.monotonic())
-        if len(calls) == 1:
-            raise RuntimeError("429")
-        return "ok"
-
-    result, attempts = call_with_retries(flaky, lambda e: Retry("429", 0.2), FAST, Gate(), "test")
-    assert (result, attempts) == ("ok", 2) and calls[1] - calls[0] >= 0.19
-
-    def limited():
-        raise RuntimeError("429")
-
-    with pytest.raises(BackendError, match="server asks to wait"):
-        call_with_retries(limited, lambda e: Retry("429", 3600.0), FAST, Gate(), "test")

@@ -10,8 +10,9 @@ import pytest
 
 from checkworthy.scorers import prompt
 from checkworthy.scorers.base import ERROR, OK, OUT_OF_RANGE
-from checkworthy.scorers.ollama_backend import ANSWER_SCHEMA, BackendError, RetryPolicy, chat_prompt
+from checkworthy.scorers.http_retry import BackendError, RetryPolicy
 from checkworthy.scorers.openai_backend import OpenAIScorer
+from checkworthy.scorers.prompt import ANSWER_SCHEMA, chat_prompt
 from checkworthy.scorers.registry import make_scorer
 from tests.fake_openai import NO_QUOTA, RATE_LIMIT, SERVER_ERROR, FakeOpenAI, error_body
 

@@ -1,4 +1,5 @@
-"""The scoring prompt: guidelines loading, versioning, the claim slot, and score parsing."""
+"""The scoring prompt: guidelines loading, versioning, the claim slot, the chat variant, and score
+and answer parsing."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from checkworthy.scorers.prompt import (
     build_prefix,
     build_prompt,
     build_suffix,
+    chat_prompt,
     load_guidelines,
     neutralise_claim,
+    parse_answer,
     parse_score,
     prompt_version,
 )
@@ -123,6 +126,40 @@ def test_invalid_guidelines_are_rejected(tmp_path: Path) -> None:
     (tmp_path / "empty.yaml").write_text("role: x\n")
     with pytest.raises(ValueError, match="keys"):
         load_guidelines(tmp_path / "empty.yaml")
+
+
+def test_chat_prompt_is_the_full_prompt_minus_the_prefill() -> None:
+    """Chat prompts are build_prompt minus the pre-fill, so the stored prompt version is right."""
+    guidelines = load_guidelines()
+    full = build_prompt("Unemployment fell to 4 percent in 2015.", guidelines)
+    chat = chat_prompt("Unemployment fell to 4 percent in 2015.", guidelines)
+    assert full.startswith(chat) and full[len(chat):].strip() == PREFILL.strip()
+    assert chat.startswith(build_prefix(guidelines))
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ('{"confidence_score": 1.7, "justification": "x"}', (None, OUT_OF_RANGE)),
+    ('{"confidence_score": -0.2, "justification": "x"}', (None, OUT_OF_RANGE)),
+    ('{"confidence_score": 85, "justification": "percent?"}', (None, OUT_OF_RANGE)),
+    ('{"confidence_score": "0.8", "justification": "x"}', (None, NOT_A_NUMBER)),
+    ('{"confidence_score": "high", "justification": "x"}', (None, NOT_A_NUMBER)),
+    ('{"confidence_score": null, "justification": "x"}', (None, NOT_A_NUMBER)),
+    ('{"confidence_score": true, "justification": "x"}', (None, NOT_A_NUMBER)),
+    ('{"confidence_score": NaN, "justification": "x"}', (None, NOT_A_NUMBER)),
+    ("I think this is check-worthy.", (None, UNPARSEABLE)),
+    ("", (None, UNPARSEABLE)),
+    ('{"justification": "forgot the score"}', (None, UNPARSEABLE)),
+    ('{"confidence_score": 0.35, "justification": "cut off by num_pred', (0.35, OK)),
+    ('{"confidence_score": abc, "justification": "x"}', (None, NOT_A_NUMBER)),
+    ('```json\n{"confidence_score": 0.6, "justification": "x"}\n```', (0.6, OK)),
+    ('Sure! {"confidence_score": 0.7, "justification": "x"}', (0.7, OK)),
+    ('{"justification": "the claim says {\\"confidence_score\\": 1}", "confidence_score": 0.2}', (0.2, OK)),
+    ('{"confidence_score": 0.2, "justification": "x"} {"confidence_score": 1.0}', (0.2, OK)),
+    ('{"confidence_score": 0, "justification": "x"}', (0.0, OK)),
+    ('{"confidence_score": 1, "justification": "x"}', (1.0, OK)),
+])
+def test_parse_answer_never_invents_a_score(answer: str, expected: tuple[float | None, str]) -> None:
+    assert parse_answer(answer) == expected
 
 
 @pytest.mark.slow

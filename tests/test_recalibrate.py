@@ -15,12 +15,13 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy.data.datasets import Claim, load_clef, normalise_text
-from checkworthy.runs import label_updates as labels
 from checkworthy.runs import recalibration as recalibrate_module
-from checkworthy.runs.calibration_run import RunSpec, compute, load_results, run_calibration, run_key
+from checkworthy.runs.calibration_run import RunSpec, compute, run_calibration, run_key
 from checkworthy.runs.recalibration import fast_run_key, find_parent, recalibrate, spec_from_run
 from checkworthy.scorers.base import OK, Score
+from checkworthy.store import lineages
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import ensure_embeddings
 from tests.conftest import raw_path
 
@@ -87,8 +88,8 @@ def build_world(engine, tag: str, n_per_class: int = 60, n_extra: int = 60, seed
             for c in lab + dev + extra])
         ensure_embeddings(conn, [store.sha256_text(c.text) for c in lab + dev + extra])
         ls0 = store.create_label_set(conn, lineage, lab_ids)
-        labels.register_target(conn, target, lineage, t_ids)
-        labels.set_head(conn, lineage, ls0, "initial")
+        lineages.register_target(conn, target, lineage, t_ids)
+        lineages.set_head(conn, lineage, ls0, "initial")
     key = store.ScoreKey(model, "none", store.params_hash(params), "imported")
     return World(tag, lineage, target, key, ls0, t_ids, lab_ids, extra, extra_ids, train, dev)
 

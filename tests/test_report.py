@@ -26,18 +26,24 @@ from sqlalchemy import text
 from checkworthy.cli.main import main
 from checkworthy.config import DVC_REPORT, ROOT
 from checkworthy.data.datasets import load_clef
-from checkworthy.data.versioning import dvc_data_hash, record_data_version
-from checkworthy.report import build as report
+from checkworthy.data.versioning import data_hash, data_version
+from checkworthy.report.artifact import publish_artifact
+from checkworthy.report.evaluation import AnalysisOptions
+from checkworthy.report.files import save_report
+from checkworthy.report.run_groups import load_runs
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.knn import neighbour_lists, pool_of
+from checkworthy.store.label_updates import labels_as_of
 from tests.conftest import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply
-HAND_OPTIONS = report.AnalysisOptions(k_sweep=(1, 3, 5), sizes=(3, 4), seeds=(0, 1), size_ks=(3, 5),
+HAND_OPTIONS = AnalysisOptions(k_sweep=(1, 3, 5), sizes=(3, 4), seeds=(0, 1), size_ks=(3, 5),
                                       k_big=5, n_examples=2)
-WORLD_OPTIONS = report.AnalysisOptions(k_sweep=(1, 3, 5, 10, 20), sizes=(10, 20, 40, 70), seeds=(0, 1, 2),
+WORLD_OPTIONS = AnalysisOptions(k_sweep=(1, 3, 5, 10, 20), sizes=(10, 20, 40, 70), seeds=(0, 1, 2),
                                        size_ks=(3, 5, 10), k_big=25, n_examples=2)
 
 # hand world: (label, score at T=0.8, score at T=0.1)
@@ -75,7 +81,7 @@ def _store_world(engine, name, claims, labels, scores_by_temp, n_lab, ks):
                 for c, s in zip(claims, scores)])
             keys[temp] = store.ScoreKey(model, "none", store.params_hash(params), "imported")
     with engine.begin() as conn:
-        dv = record_data_version(conn)
+        dv = record_data_version(conn, data_version())
     ctx = RunContext(code_rev="test-rev", flow_run_id="flow-test", data_version_id=dv)
     runs = {temp: {k: run_calibration(engine, RunSpec(TARGET, tuple(ids[n_lab:]), ls, key, k), ctx)
                    for k in ks}
@@ -99,7 +105,7 @@ def hand(engine, tmp_path_factory):
     with engine.begin() as conn:  # the label set as version 1 of a lineage (migration 0003)
         conn.execute(text("INSERT INTO label_set_versions (name, label_set_id, reason) "
                           "VALUES ('report-test:hand', :s, 'initial')"), {"s": ls})
-        path = report.save_report(conn, "report-hand", [runs[0.8][5]], out, options=HAND_OPTIONS)
+        path = save_report(conn, "report-hand", [runs[0.8][5]], out, options=HAND_OPTIONS)
     return Stored(runs[0.8], ids, ls, runs[0.1]), path
 
 
@@ -112,7 +118,7 @@ def world(engine, tmp_path_factory):
     ids, ls, runs = _store_world(engine, "world", claims, labels, {0.8: scores}, n_lab=100, ks=[3, 5, 10])
     out = tmp_path_factory.mktemp("reports")
     with engine.begin() as conn:
-        path = report.save_report(conn, "report-world", sorted(runs[0.8].values()), out,
+        path = save_report(conn, "report-world", sorted(runs[0.8].values()), out,
                                   options=WORLD_OPTIONS)
     return Stored(runs[0.8], ids, ls, {}), path
 
@@ -261,7 +267,7 @@ def test_inputs_name_every_version(hand, engine):
     assert "`file:gemma3-270m-hand`" in rows["model"] and "`none`" in rows["prompt version"]
     assert "temperature = `0.8`" in rows["generation parameters"]
     assert rows["code revision (runs)"] == "`test-rev`" and rows["flow run (runs)"] == "`flow-test`"
-    assert rows["dataset version (DVC md5)"].startswith(f"`{dvc_data_hash()}` at git `")
+    assert rows["dataset version (DVC md5)"].startswith(f"`{data_hash()}` at git `")
     for key in ("runs", "code revision (analyses)", "calibration"):
         assert rows[key] not in ("", "—")
 
@@ -292,7 +298,7 @@ def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
 
     w, _ = world
     with engine.connect() as conn:
-        run = report._runs(conn, [w.runs[10]])[0]
+        run = load_runs(conn, [w.runs[10]])[0]
         info = conn.execute(text("SELECT params->'info' FROM report_analyses WHERE group_key = :g "
                                  "AND analysis = 'label_set_size'"), {"g": run["group_key"]}).scalar_one()
         stored = {(r.k, r.n_labelled, r.seed): r.value for r in conn.execute(text(
@@ -300,9 +306,9 @@ def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
                am.analysis_id WHERE ra.analysis = 'label_set_size' AND ra.group_key = :g
                AND am.method = 'nnppi' AND am.metric = 'weighted_f1' AND am.statistic = 'value'"""),
             {"g": run["group_key"]})}
-        pool = report.pool_of(conn, run)
+        pool = pool_of(conn, run)
         targets = sorted(w.claim_ids[100:])
-        gold = report.gold_as_of(conn, targets, run["finished_at"])
+        gold = labels_as_of(conn, targets, run["finished_at"])
         scores = dict(conn.execute(text("SELECT claim_id, score FROM calibrated_results WHERE run_id = :r"),
                                    {"r": run["id"]}).all())
         y, c = np.array([gold[i] for i in targets]), np.array([scores[i] for i in targets])
@@ -310,7 +316,7 @@ def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
         for size, seed, k in [(10, 0, 10), (20, 2, 5), (40, 1, 3), (70, 0, 10)]:
             subsets = analyses.stratified_nested_subsamples(pool.labels, info["sizes"], seed)
             pos = subsets[info["sizes"].index(size)]
-            sql_ids = report.neighbour_lists(conn, run, targets, k, subset=pool.ids[pos])
+            sql_ids = neighbour_lists(conn, run, targets, k, subset=pool.ids[pos])
             expected = analyses.evaluate(y, c, sql_ids, pool, run["alpha"], run["threshold"])
             assert stored[(k, size, seed)] == pytest.approx(expected[("nnppi", "weighted_f1", "all")],
                                                             abs=1e-12)
@@ -427,9 +433,9 @@ def test_report_of_a_single_calibration_run(world, use_db, tmp_path, capsys):
 
 
 def test_options_from_params_yaml():
-    o = report.AnalysisOptions.from_params({"sizes": [100, 200], "seeds": [1], "k_big": 50, "analyse": True})
+    o = AnalysisOptions.from_params({"sizes": [100, 200], "seeds": [1], "k_big": 50, "analyse": True})
     assert o.sizes == (100, 200) and o.seeds == (1,) and o.k_big == 50 and o.size_ks == (3, 5, 10)
-    assert report.AnalysisOptions.from_params(None) == report.AnalysisOptions()
+    assert AnalysisOptions.from_params(None) == AnalysisOptions()
 
 
 def test_unknown_report_is_an_error(use_db, capsys):
@@ -438,7 +444,7 @@ def test_unknown_report_is_an_error(use_db, capsys):
 
 
 def test_artifact_is_a_no_op_outside_a_flow(tmp_path):
-    assert report.publish_artifact(tmp_path, "x", "summary") is None
+    assert publish_artifact(tmp_path, "x", "summary") is None
 
 
 def test_artifact_inside_a_flow_links_the_page(monkeypatch, tmp_path):
@@ -450,12 +456,12 @@ def test_artifact_inside_a_flow_links_the_page(monkeypatch, tmp_path):
     monkeypatch.setattr(prefect.context.FlowRunContext, "get", classmethod(lambda cls: object()))
     monkeypatch.setattr(prefect.artifacts, "create_link_artifact", lambda **kw: calls.append(("link", kw)))
     monkeypatch.setattr(prefect.artifacts, "create_markdown_artifact", lambda **kw: calls.append(("md", kw)))
-    link = report.publish_artifact(tmp_path / "Run 1", "Run 1", "| a |\n|---|\n| 1 |\n")
+    link = publish_artifact(tmp_path / "Run 1", "Run 1", "| a |\n|---|\n| 1 |\n")
     assert link == (tmp_path / "Run 1" / "report.html").resolve().as_uri()
     assert calls[0][0] == "link" and calls[0][1]["key"] == "report-run-1" and calls[0][1]["link"] == link
     assert calls[1][0] == "md" and "| 1 |" in calls[1][1]["markdown"]
     monkeypatch.setenv("CHECKWORTHY_REPORTS_URL", "https://reports.example/cw/")
-    assert report.publish_artifact(tmp_path, "Run 1") == "https://reports.example/cw/Run 1/report.html"
+    assert publish_artifact(tmp_path, "Run 1") == "https://reports.example/cw/Run 1/report.html"
 
 
 @pytest.mark.slow
@@ -468,7 +474,7 @@ def test_artifact_in_a_real_prefect_flow(tmp_path):
 
     @flow
     def publish() -> str | None:
-        return report.publish_artifact(tmp_path, "flow-report", "| a |\n|---|\n| 1 |\n")
+        return publish_artifact(tmp_path, "flow-report", "| a |\n|---|\n| 1 |\n")
 
     async def artifacts():
         async with get_client() as client:

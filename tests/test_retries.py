@@ -16,13 +16,13 @@ import pytest
 from prefect import flow, task
 from sqlalchemy import create_engine, text
 
+from checkworthy.data import versioning
 from checkworthy.errors import DataError
-from checkworthy.runs import label_updates as labels
 
 
 @pytest.fixture(scope="module")
 def fp(harness):
-    import checkworthy.flows.pipeline as fp
+    import checkworthy.flows.retries as fp
 
     return fp
 
@@ -108,8 +108,8 @@ def test_a_failing_dvc_command_is_retried(fp, tmp_path):
         if attempt == 2:  # the repository appears (as when another process released it)
             repo.mkdir()
             subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-            labels.dvc_in(repo, "init", "-q")
-        return labels.dvc_in(repo if repo.exists() else tmp_path, "status", "-q").stdout  # 1st: not a DVC repo
+            versioning.dvc_in(repo, "init", "-q")
+        return versioning.dvc_in(repo if repo.exists() else tmp_path, "status", "-q").stdout  # 1st: not a DVC repo
 
     run_task(fp.DVC, body, attempts)
     assert len(attempts) == 2

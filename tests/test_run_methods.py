@@ -1,4 +1,4 @@
-"""Calibration runs honour ``interval_method`` and ``correction`` (issue 6, items 1 and 2).
+"""Calibration runs honour ``interval_method`` and ``correction``.
 
 Real claims (CLEF dev-test), imported scores, real MiniLM embeddings, the real store and SQL kNN.
 The default (z + paper) must be the paper's NN-PPI exactly as before; every other pair is
@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
+from checkworthy.flows.tasks import calibrate_task
 from checkworthy.method import nnppi
 from checkworthy.method.calibrators import CALIBRATORS, fitted_params
 from checkworthy.method.corrections import estimate_lambda, select_by_cv
@@ -22,18 +23,15 @@ from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.intervals import INTERVAL_METHODS, conformal_quantile
 from checkworthy.runs.calibration_run import (
     CV_KS,
-    RunContext,
     RunSpec,
     compute,
     cv_ks,
     labelled_pool,
-    load_results,
-    load_run,
     run_calibration,
 )
-from checkworthy.runs.main_job import PreparedDataset, calibrate_dataset
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
 from tests.conftest import raw_path, table_counts
 
@@ -230,14 +228,16 @@ def test_cli_calibrate_with_interval_and_correction(use_db, world, tmp_path, cap
     assert all(float(r["ci_low"]) <= float(r["ci_high"]) for r in got)
 
 
-def test_pipeline_passes_interval_and_correction(engine, world):
+def test_pipeline_passes_interval_and_correction(engine, db_url, world):
+    """The flows' calibrate task stores params.yaml's interval and correction with the run."""
     w = world
-    ds = PreparedDataset("methods-test", w["ls"], list(w["ids"][:N_LAB]), list(w["ids"][N_LAB:]))
-    runs = calibrate_dataset(engine, ds, w["key"], [3], 0.05, 0.5, RunContext(), interval="conformal",
-                             correction="shrink")
+    key = {"model_id": w["key"].model_id, "prompt_version": w["key"].prompt_version,
+           "params_hash": w["key"].params_hash, "score_kind": w["key"].score_kind}
+    out = calibrate_task.fn("methods-test:test", list(w["ids"][N_LAB:]), w["ls"], key, 3, 0.05, 0.5,
+                            "conformal", None, None, db_url, correction="shrink")
     with engine.connect() as conn:
         run = conn.execute(text("SELECT interval_method, params FROM calibration_runs WHERE id = :i"),
-                           {"i": runs[3]}).one()
+                           {"i": out["run_id"]}).one()
     assert run.interval_method == "conformal" and run.params["correction"] == "shrink"
     assert "kappa" in run.params["correction_params"]
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy.cli.main import main
-from checkworthy.scorers import classifier
+from checkworthy.runs import train_classifier
 from tests.conftest import table_counts
 from tests.fake_ollama import FakeOllama
 from tests.fake_openai import SERVER_ERROR, FakeOpenAI
@@ -149,7 +149,7 @@ def test_classifier_spec_writes_every_kind(use_db, tmp_path, nonce):
     rng = np.random.default_rng(0)
     manifest = {"training_data": {"fingerprint": "f", "excluded": {}},
                 "score_kinds": {"paper_c": "", "p_positive": ""}}
-    classifier.save_artefact("rand", rng.normal(size=384), 0.1, manifest, root=tmp_path)
+    train_classifier.save_artefact("rand", rng.normal(size=384), 0.1, manifest, root=tmp_path)
     inp = write_csv(tmp_path / "in.csv", ["id", "text"],
                     [["1", f"{nonce} Taxes rose."], ["2", f"{nonce} Hi."]])
     out = tmp_path / "out.csv"

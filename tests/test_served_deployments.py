@@ -2,7 +2,7 @@
 "A scheduled run actually runs", automated).
 
 A ``prefect server start`` subprocess (SQLite in its own PREFECT_HOME, short service loops) and a
-second subprocess serving the project's deployments (``python src/checkworthy/flows/deploy.py``, the watch interval
+second subprocess serving the project's deployments (``python -m checkworthy.flows.deploy``, the watch interval
 shortened) work on a scratch project (``CHECKWORTHY_ROOT``: a git + DVC repository with the raw
 CLEF files and its own DVC remote; imported scores; a fresh database on the session's Postgres, so
 that the label file and the guidelines baseline of ``watch`` reach no other test's lineages).
@@ -28,8 +28,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from checkworthy.config import CODE_ROOT
-from checkworthy.runs import label_updates as labels
+from checkworthy.data import versioning
+from checkworthy.store import lineages
 from tests.scratch_project import (
     first_calibrations,
     free_port,
@@ -218,7 +218,7 @@ def served(tmp_path_factory, db_url):
                 "CHECKWORTHY_SERVE_LIMIT": str(SERVE_LIMIT),
                 "PREFECT_RUNNER_POLL_FREQUENCY": "2",
             }
-            serve = Proc("serve", [sys.executable, str(CODE_ROOT / "flows" / "deploy.py")], serve_env,
+            serve = Proc("serve", [sys.executable, "-m", "checkworthy.flows.deploy"], serve_env,
                          project["repo"], logs)
             procs.append(serve)
         except BaseException:
@@ -282,7 +282,7 @@ def _scenario(served: dict[str, Any]) -> None:
     # run overlaps the triggered recalibration.
     wait_for("a scheduled watch-changes run to complete",
              lambda: _completed(api.flow_runs("watch-changes"), "SCHEDULE"), served, 240)
-    hash0 = labels.data_hash(repo)
+    hash0 = versioning.data_hash(repo)
     t_drop = time.time()
     drop = write_label_file(engine, lineage, repo / "data" / "labels" / "update-1.csv")
 
@@ -307,7 +307,7 @@ def _scenario(served: dict[str, Any]) -> None:
 
     # --- the watch run that applied the file was created by the schedule
     with engine.connect() as conn:
-        log = labels.version_log(conn, lineage)
+        log = lineages.version_log(conn, lineage)
         head1 = log[-1]["label_set_id"]
         assert [v["label_set_id"] for v in log][-2:] == [drop["head"], head1] and head1 != drop["head"]
         assert log[-1]["update_id"] == upd["id"]
@@ -315,10 +315,10 @@ def _scenario(served: dict[str, Any]) -> None:
                           {"i": upd["data_version_id"]}).mappings().one()
     # a new DVC data version of the scratch project holding the file, recorded in Postgres and pushed
     # to the project's remote
-    assert dv["dvc_hash"] == labels.data_hash(repo) != hash0 and log[-1]["dvc_hash"] == dv["dvc_hash"]
+    assert dv["dvc_hash"] == versioning.data_hash(repo) != hash0 and log[-1]["dvc_hash"] == dv["dvc_hash"]
     placed = repo / "data" / "labels" / "update-1.csv"
     assert pushed_files(project, dv["dvc_hash"])["labels/update-1.csv"] == md5_of(placed)
-    labels.dvc_in(repo, "status", "-c", "-q")
+    versioning.dvc_in(repo, "status", "-c", "-q")
     label_run = api.flow_run(log[-1]["flow_run_id"])  # the label-update run that wrote the new head
     assert label_run["state_type"] == "COMPLETED" and label_run["parent_task_run_id"]
     watch_run = api.flow_run(api.task_run(label_run["parent_task_run_id"])["flow_run_id"])
@@ -342,7 +342,7 @@ def _scenario(served: dict[str, Any]) -> None:
         flipped = set(conn.execute(
             text("SELECT id FROM claims WHERE dataset = 'clef2024' AND source_id = ANY(:s)"),
             {"s": drop["flips"]}).scalars())
-        targets = labels.target_claim_ids(conn, lineage)["clef2024:test"]
+        targets = lineages.target_claim_ids(conn, lineage)["clef2024:test"]
     assert [r["k"] for r in runs] == [3, 5]
     for run in runs:
         assert_incremental_equals_full(engine, run["id"], first[run["k"]], head1, targets, flipped)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from checkworthy.data import validation
+from checkworthy.data import validation, versioning
 from checkworthy.data.datasets import normalise_text
+from checkworthy.runs import label_gate
 from checkworthy.runs import label_updates as labels
 from checkworthy.runs.calibration_run import RunSpec, run_calibration
-from checkworthy.runs.recalibration import runs_in_force
+from checkworthy.store import lineages, validations
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import runs_in_force
 from tests.conftest import table_counts
 from tests.test_labels import write_csv
 from tests.test_recalibrate import build_world, clef
@@ -75,7 +77,7 @@ def test_each_failure_blocks_the_update_and_is_stored(engine, world, tmp_path, c
     rows, bounds, reported = cases(w)[check]
     before = table_counts(engine)
     with engine.connect() as conn:
-        head = labels.lineage_head(conn, w.lineage)
+        head = lineages.lineage_head(conn, w.lineage)
         in_force = [r["id"] for r in runs_in_force(conn, w.lineage)]
     path = write_csv(tmp_path / f"{check}.csv", rows, HEADER)
     out = labels.apply_label_file(engine, path, validation.Bounds(min_rows=20, **bounds))
@@ -83,13 +85,13 @@ def test_each_failure_blocks_the_update_and_is_stored(engine, world, tmp_path, c
     # nothing already stored changed, the calibration in force stays
     assert table_counts(engine) == before
     with engine.connect() as conn:
-        assert labels.lineage_head(conn, w.lineage) == head
+        assert lineages.lineage_head(conn, w.lineage) == head
         assert [r["id"] for r in runs_in_force(conn, w.lineage)] == in_force
         (vid,) = out.validation_run_ids
-        results = validation.load_results(conn, vid)
+        results = validations.load_results(conn, vid)
         update = conn.execute(text("SELECT status, file_sha256 FROM label_updates WHERE id = :u"),
                               {"u": out.update_id}).one()
-    assert update.status == "rejected" and update.file_sha256 == labels.file_sha256(path)
+    assert update.status == "rejected" and update.file_sha256 == versioning.file_sha256(path)
     assert sorted(c for c, r in results.items() if not r["success"]) == [check]
     bad = results[check]
     assert sorted(r["source_id"] for r in bad["unexpected_rows"]) == sorted(reported)
@@ -106,7 +108,7 @@ def test_text_present_and_stored_label_sets(engine, world):
     """A missing text (only possible outside the store) and a stored set that leaks are both caught."""
     w = world
     with engine.connect() as conn:
-        rows = validation.label_set_rows(conn, w.ls0)
+        rows = validations.label_set_rows(conn, w.ls0)
     rows[0] = rows[0] | {"text": None}
     outcome = validation.run_suite(validation.build_frame(rows, {}), validation.Bounds(min_rows=20))
     assert [c.check_name for c in outcome.failures] == ["text_present"]
@@ -116,9 +118,9 @@ def test_text_present_and_stored_label_sets(engine, world):
         (leak_id,) = store.store_claims_with_labels(
             conn, [store.NewClaim(w.tag, "train", f"lk2-{leak.source_id}", leak.text, leak.label)], "t")
         bad_set = store.create_label_set(conn, w.lineage, store.label_set_claims(conn, w.ls0) + [leak_id])
-    verdict = validation.validate_label_set(engine, bad_set, validation.Bounds(min_rows=20))
+    verdict = label_gate.validate_label_set(engine, bad_set, validation.Bounds(min_rows=20))
     assert not verdict.success and verdict.failures == ["no_leakage"]
-    again = validation.validate_label_set(engine, bad_set, validation.Bounds(min_rows=20))
+    again = label_gate.validate_label_set(engine, bad_set, validation.Bounds(min_rows=20))
     assert again.validation_run_id == verdict.validation_run_id  # same set, suite and targets: stored once
     with engine.connect() as conn:
         row = conn.execute(text("SELECT unexpected_claim_ids, observed FROM validation_results "

@@ -1,4 +1,4 @@
-"""Audit roles, append-only enforcement and audit views (issue 7).
+"""Audit roles, append-only enforcement and audit views.
 
 Roles (cluster-wide, NOLOGIN group roles; people and services log in as *members*, created
 with passwords from the environment by ``python -m checkworthy.store.audit bootstrap``, so no

@@ -1,4 +1,4 @@
-"""Validation results, label-change events and incremental recalibration (issue-3 work).
+"""Validation results, label-change events and incremental recalibration.
 
 - Provenance: every table a pipeline task writes gets the Prefect flow-run id of the run that
   wrote the row. A BEFORE INSERT trigger fills ``flow_run_id`` from the transaction-local

@@ -1,4 +1,4 @@
-"""Report analyses: ablations, calibration diagnostics and failure modes as rows (issue 5).
+"""Report analyses: ablations, calibration diagnostics and failure modes as rows.
 
 A report is rendered only from stored rows, so that re-rendering a stored report gives the
 same bytes and every figure in it can be queried without parsing text:

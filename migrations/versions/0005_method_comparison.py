@@ -1,4 +1,4 @@
-"""Method comparison tables: every interval, correction and calibrator on a run's inputs (issue 6).
+"""Method comparison tables: every interval, correction and calibrator on a run's inputs.
 
 A comparison recomputes, from a stored calibration run's inputs (its label set, score key,
 target claims, k, alpha and threshold), every interval method, every point correction, the

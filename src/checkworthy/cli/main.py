@@ -1,4 +1,8 @@
-"""``checkworthy``: the command line (run the main job, calibrate your own scores, report)."""
+"""``checkworthy``: the command line (run the main job, calibrate your own scores, report).
+
+Each command imports the layers it uses when it runs, so ``checkworthy --help`` and a refused
+option answer at once instead of after loading Prefect, torch and the store.
+"""
 
 from __future__ import annotations
 
@@ -19,45 +23,26 @@ def _engine():
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: both datasets, every k, the table beside the paper, a Markdown report."""
-    from checkworthy.report import build as report
-    from checkworthy.runs.main_job import run_pipeline
-    from checkworthy.scorers.registry import make_scorer
+    from checkworthy.flows.pipeline import pipeline_flow
+    from checkworthy.report.console import console_table, table_rows
+    from checkworthy.report.evaluation import AnalysisOptions
+    from checkworthy.report.files import save_report
 
     t0 = time.monotonic()
     params = load_params(Path(args.params))
-    if args.limit:
-        params["limit"] = args.limit
-    engine = _engine()
-    if args.flow:  # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set)
-        result = _flows().pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
-                                        commit_data=args.commit_data, echo=True)
-        run_ids = sorted(result["run_ids"])
-    else:
-        scorers = [make_scorer(m["spec"], **{k: v for k, v in m.items() if k != "spec"},
-                               **params.get("scoring", {}))
-                   for m in params["models"]]
-        run_ids = sorted(run_pipeline(engine, params, scorers, echo=print).runs.values())
-    with engine.begin() as conn:
-        rows = report.table_rows(conn, run_ids)
+    # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set)
+    result = pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
+                           commit_data=args.commit_data, echo=True)
+    run_ids = sorted(result["run_ids"])
+    with _engine().begin() as conn:
+        rows = table_rows(conn, run_ids)
         print()
-        print(report.console_table(rows))
+        print(console_table(rows))
         name = args.name or time.strftime("run-%Y%m%d-%H%M%S")
-        path = report.save_report(conn, name, run_ids, Path(args.reports_dir),
-                                  options=report.AnalysisOptions.from_params(params.get("report")))
+        path = save_report(conn, name, run_ids, Path(args.reports_dir),
+                           options=AnalysisOptions.from_params(params.get("report")))
     print(f"\nreport: {path}\nwall time: {time.monotonic() - t0:.0f} s")
     return 0
-
-
-def _flows():
-    """The Prefect flows module (``src/checkworthy/flows/pipeline.py`` beside this code, even when CHECKWORTHY_ROOT
-    puts the data elsewhere)."""
-    from checkworthy.config import CODE_ROOT
-
-    if str(CODE_ROOT) not in sys.path:
-        sys.path.insert(0, str(CODE_ROOT))
-    import checkworthy.flows.pipeline
-
-    return checkworthy.flows.pipeline
 
 
 def cmd_labels(args: argparse.Namespace) -> int:
@@ -65,22 +50,22 @@ def cmd_labels(args: argparse.Namespace) -> int:
 
     ``labels versions [LINEAGE]``: the versions of each label-set lineage.
     """
-    from checkworthy.runs import label_updates as labels
+    from checkworthy.data.label_files import read_label_csv
+    from checkworthy.flows.pipeline import label_update_flow
+    from checkworthy.store import lineages
+    from checkworthy.store.validations import failed_results
 
     if args.labels_command == "versions":
         with _engine().connect() as conn:
-            for name in [args.lineage] if args.lineage else sorted(labels.heads(conn)):
+            for name in [args.lineage] if args.lineage else sorted(lineages.heads(conn)):
                 print(name)
-                for i, v in enumerate(labels.version_log(conn, name), 1):
+                for i, v in enumerate(lineages.version_log(conn, name), 1):
                     print(f"  v{i}: label set {v['label_set_id']} ({v['n_items']} claims, "
                           f"{v['n_positive']} positive) {v['reason']}, {v['created_at']:%Y-%m-%d %H:%M}, "
                           f"data {v['dvc_hash'] or '-'}")
         return 0
-    labels.read_label_csv(Path(args.file))  # a malformed file fails before anything starts
-    out = _flows().label_update_flow(files=[str(Path(args.file).resolve())],
-                                     recalibrate_now=not args.event_only)
-    from sqlalchemy import text
-
+    read_label_csv(Path(args.file))  # a malformed file fails before anything starts
+    out = label_update_flow(files=[str(Path(args.file).resolve())], recalibrate_now=not args.event_only)
     for u in out["updates"]:
         print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "
               f"{u['n_appended']} labels appended, data version {u['data_version_id']}")
@@ -88,10 +73,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
             print(f"  {name}: new label set version {ls}")
         if u["status"] == "rejected":
             with _engine().connect() as conn:
-                for r in conn.execute(text(
-                        "SELECT check_name, column_name, unexpected_rows, observed FROM validation_results "
-                        "WHERE validation_run_id = ANY(:v) AND NOT success ORDER BY check_name"),
-                        {"v": u["validation_run_ids"]}):
+                for r in failed_results(conn, u["validation_run_ids"]):
                     where = ", ".join(f"line {x['line']}" if x.get("line") else f"claim {x['claim_id']}"
                                       for x in r.unexpected_rows[:10])
                     # name the field when the check is on a column of the file (not a derived one)
@@ -141,6 +123,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     saves a report of the runs whose "Methods compared" section shows these comparisons.
     """
     from checkworthy.report import comparison
+    from checkworthy.report.console import comparison_tables
+    from checkworthy.store.comparisons import comparison_heads, comparison_rows
 
     try:
         ids = sorted({int(x) for x in args.run.split(",") if x.strip()})
@@ -157,20 +141,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     with engine.connect() as conn:
-        heads = comparison.load_heads(conn, cids)
+        heads = comparison_heads(conn, cids)
         for cid in cids:
             info = heads[cid]["params"].get("info", {})
             cv = info.get("cv_choice", {})
-            print(comparison.console_tables(
-                comparison.load_rows(conn, [cid]),
+            print(comparison_tables(
+                comparison_rows(conn, [cid]),
                 f"run {heads[cid]['run_id']} (comparison {cid}, {info.get('n_targets')} targets, "
                 f"|L| {info.get('n_labelled')}): CV chose {cv.get('label')} at k={cv.get('k')}"))
             print()
     if args.report:
-        from checkworthy.report import build as report
+        from checkworthy.report.files import save_report
 
         with engine.begin() as conn:
-            path = report.save_report(conn, args.report, ids, Path(args.reports_dir))
+            path = save_report(conn, args.report, ids, Path(args.reports_dir))
         print(f"report: {path}")
     return 0
 
@@ -182,7 +166,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     byte what the stored report holds; ``--out DIR`` writes the whole report directory instead
     (report.md, report.html, figures/, plots/, metrics.json) under ``DIR/<name>/``.
     """
-    from checkworthy.report import build as report
+    from checkworthy.report.files import rerender, save_report, write_report_dir
+    from checkworthy.store.reports import stored_report
 
     engine = _engine()
     with engine.begin() as conn:
@@ -193,18 +178,18 @@ def cmd_report(args: argparse.Namespace) -> int:
                 print(f"error: expected run:<id>[,<id>...], got {args.run!r}", file=sys.stderr)
                 return 2
             name = "runs-" + "-".join(map(str, ids))
-            row = report.stored_report(conn, name)
+            row = stored_report(conn, name)
             if row is None and ids:  # first report of these runs: analyse and store it
-                report.save_report(conn, name, ids, Path(args.out or REPORTS_DIR))
-                row = report.stored_report(conn, name)
+                save_report(conn, name, ids, Path(args.out or REPORTS_DIR))
+                row = stored_report(conn, name)
         else:
-            row = report.stored_report(conn, args.run)
+            row = stored_report(conn, args.run)
         if row is None:
             print(f"no stored report named {args.run!r}", file=sys.stderr)
             return 2
-        built = report.rerender(conn, row)
+        built = rerender(conn, row)
         if args.out:
-            path = report.write_report_dir(built, Path(args.out) / row["name"])
+            path = write_report_dir(built, Path(args.out) / row["name"])
             print(f"report: {path}")
         else:
             sys.stdout.write(built.html() if args.html else built.markdown)
@@ -213,7 +198,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Why a claim got its decision: the lineage from the audit views (see docs/audit.md)."""
-    from checkworthy.store.audit import explain, find_claims, format_decision
+    from checkworthy.report.explanation import format_decision
+    from checkworthy.store.audit import explain, find_claims
 
     engine = _engine()
     with engine.connect() as conn:
@@ -234,7 +220,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     """Score a CSV of claims with any model spec; store the scores like the main job does."""
     from checkworthy.cli.score import run_score
-    from checkworthy.scorers.ollama_backend import BackendError
+    from checkworthy.scorers.http_retry import BackendError
 
     try:
         return run_score(args, _engine)
@@ -264,8 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", help="report name (default: run-<timestamp>)")
     r.add_argument("--reports-dir", default=str(REPORTS_DIR))
     r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
-    r.add_argument("--no-flow", dest="flow", action="store_false",
-                   help="run the steps directly instead of as the Prefect pipeline flow")
     r.add_argument("--commit-data", action="store_true",
                    help="snapshot data/ with dvc add + dvc push first (default: record data.dvc as is)")
     r.set_defaults(func=cmd_run)

@@ -1,1 +1,2 @@
-"""Data in and out of files: dataset loaders, user CSVs, label files, the label validation suite and DVC versioning."""
+"""Data in and out of files: dataset loaders, user CSVs, label files, the label validation suite
+and DVC versioning."""

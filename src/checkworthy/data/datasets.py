@@ -29,6 +29,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from checkworthy.config import DATA_DIR
 from checkworthy.errors import DataError
 from checkworthy.method.sampling import balanced_sample
 
@@ -46,6 +47,7 @@ __all__ = [
     "claimbuster_split",
     "load_claimbuster",
     "load_clef",
+    "load_dataset",
     "normalise_text",
     "sha256_file",
     "shared_texts",
@@ -764,3 +766,24 @@ def build_splits(
     calibration = [pool[i] for i in idx]
     assert not shared_texts(calibration, test)
     return {"calibration": calibration, "test": test, "pool": pool, "excluded": excluded}
+
+
+def load_dataset(name: str) -> tuple[list[Claim], list[LoadReport]]:
+    """All claims of a dataset (the files under ``data/raw`` its splits need) and what loading
+    repaired or dropped."""
+    raw = DATA_DIR / "raw"
+    if name == CLAIMBUSTER:
+        claims, report = load_claimbuster(raw / "claimbuster" / "crowdsourced.csv",
+                                          expected_sha256=KNOWN_SHA256["crowdsourced.csv"])
+        return claims, [report]
+    if name == CLEF:
+        out: list[Claim] = []
+        reports = []
+        for split, fname in (("train", "CT24_checkworthy_english_train.tsv"),
+                             ("dev-test", "CT24_checkworthy_english_dev-test.tsv")):
+            claims, report = load_clef(raw / "clef2024" / fname, split,
+                                       expected_sha256=KNOWN_SHA256.get(fname))
+            out += claims
+            reports.append(report)
+        return out, reports
+    raise ValueError(f"unknown dataset {name!r} (known: claimbuster, clef2024)")

@@ -1,10 +1,10 @@
-"""The label-validation suite (Great Expectations) and where its verdicts are stored.
+"""The label-validation suite (Great Expectations): a frame of label rows in, a verdict out.
 
 Why: NN-PPI trusts its calibration labels completely: a wrong, duplicated, contradictory or
 leaked label moves every decision in its neighbourhood. So a label set is validated before it
 is used, and a failing suite stops its calibration; the failed expectations, with the rows
-that broke them, are stored in ``validation_runs`` / ``validation_results`` and the previous
-calibration stays in force.
+that broke them, are stored (:mod:`checkworthy.store.validations`) and the previous calibration
+stays in force. Nothing here reads or writes the store.
 
 The suite (one expectation per check, names as stored in ``validation_results.check_name``):
 
@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, Engine, text
 
 from checkworthy.data.datasets import normalise_text
 
@@ -92,6 +91,7 @@ class SuiteOutcome:
     targets_hash: str
     suite_hash: str
     statistics: dict[str, Any]
+    gx_version: str = ""
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -99,34 +99,6 @@ class SuiteOutcome:
 
 
 # --------------------------------------------------------------------------- the frame
-
-
-def target_texts(conn: Connection, label_set_name: str) -> dict[str, list[int]]:
-    """Normalised texts of the claims a lineage calibrates, with their claim ids."""
-    rows = conn.execute(
-        text(
-            """SELECT tc.claim_id, t.text FROM calibration_targets ct
-               JOIN target_claims tc ON tc.target = ct.name JOIN claims c ON c.id = tc.claim_id
-               JOIN texts t ON t.text_hash = c.text_hash WHERE ct.label_set_name = :n"""
-        ),
-        {"n": label_set_name},
-    ).all()
-    out: dict[str, list[int]] = {}
-    for r in rows:
-        out.setdefault(normalise_text(r.text), []).append(r.claim_id)
-    return out
-
-
-def label_set_rows(conn: Connection, label_set_id: int) -> list[dict[str, Any]]:
-    """A stored label set as validation rows."""
-    return [dict(r) | {"line": None} for r in conn.execute(
-        text(
-            """SELECT i.claim_id, c.dataset, c.source_id, t.text, i.label FROM label_set_items i
-               JOIN claims c ON c.id = i.claim_id JOIN texts t ON t.text_hash = c.text_hash
-               WHERE i.label_set_id = :s ORDER BY i.claim_id"""
-        ),
-        {"s": label_set_id},
-    ).mappings()]
 
 
 def build_frame(rows: Iterable[Mapping[str, Any]], targets: Mapping[str, Sequence[int]]) -> pd.DataFrame:
@@ -157,7 +129,7 @@ def _context() -> Any:
     """One ephemeral GX context per process (GX is slow to import and to set up)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
-    import great_expectations as gx
+    import great_expectations as gx  # start-up: GX takes seconds to import; only when a suite runs
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     ctx = gx.get_context(mode="ephemeral")
@@ -167,7 +139,7 @@ def _context() -> Any:
 
 
 def _expectations(bounds: Bounds) -> list[tuple[str, Any]]:
-    import great_expectations.expectations as gxe
+    import great_expectations.expectations as gxe  # start-up: as above
 
     return [
         ("label_in_0_1", gxe.ExpectColumnValuesToBeInSet(column="label", value_set=[0, 1])),
@@ -198,7 +170,7 @@ def _jsonable(value: Any) -> Any:
 
 def run_suite(frame: pd.DataFrame, bounds: Bounds) -> SuiteOutcome:
     """Run every expectation on the frame; nothing is written."""
-    import great_expectations as gx
+    import great_expectations as gx  # start-up: as above
 
     suite_hash = _hash({"suite": SUITE_NAME, "version": SUITE_VERSION, "bounds": asdict(bounds)})
     ctx, batch_def = _context()
@@ -227,82 +199,4 @@ def run_suite(frame: pd.DataFrame, bounds: Bounds) -> SuiteOutcome:
     subject = _hash(sorted(frame[["uid", "text", "label", "line"]].astype(str).itertuples(index=False)))
     targets = frame.attrs.get("targets_hash") or _hash([])
     return SuiteOutcome(bool(result.success), checks, len(frame), subject, targets, suite_hash,
-                        _jsonable(dict(result.statistics)))
-
-
-# --------------------------------------------------------------------------- storing verdicts
-
-
-def store_outcome(
-    conn: Connection, outcome: SuiteOutcome, label_set_name: str, label_set_id: int | None,
-    label_update_id: int | None, data_version_id: int | None = None,
-) -> int:
-    """Store a suite run and its checks once (same rows, suite and targets: same row); return its id."""
-    import great_expectations as gx
-
-    run_id = conn.execute(
-        text(
-            """INSERT INTO validation_runs (label_set_name, label_set_id, label_update_id, subject_hash,
-               suite_name, suite_hash, targets_hash, success, n_rows, statistics, gx_version, data_version_id)
-               VALUES (:n, :ls, :u, :sh, :sn, :suh, :th, :ok, :nr, CAST(:st AS jsonb), :gv, :dv)
-               ON CONFLICT (subject_hash, suite_hash, targets_hash, label_update_id) DO NOTHING
-               RETURNING id"""
-        ),
-        {"n": label_set_name, "ls": label_set_id, "u": label_update_id, "sh": outcome.subject_hash,
-         "sn": SUITE_NAME, "suh": outcome.suite_hash, "th": outcome.targets_hash, "ok": outcome.success,
-         "nr": outcome.n_rows, "st": json.dumps(outcome.statistics), "gv": gx.__version__,
-         "dv": data_version_id},
-    ).scalar()
-    if run_id is None:
-        return conn.execute(
-            text("""SELECT id FROM validation_runs WHERE subject_hash = :sh AND suite_hash = :suh
-                    AND targets_hash = :th AND label_update_id IS NOT DISTINCT FROM :u"""),
-            {"sh": outcome.subject_hash, "suh": outcome.suite_hash, "th": outcome.targets_hash,
-             "u": label_update_id},
-        ).scalar_one()
-    conn.execute(
-        text(
-            """INSERT INTO validation_results (validation_run_id, check_name, expectation, success,
-               column_name, kwargs, observed, unexpected_count, unexpected_claim_ids, unexpected_rows)
-               VALUES (:r, :c, :e, :ok, :col, CAST(:kw AS jsonb), CAST(:obs AS jsonb), :n, :ids,
-               CAST(:rows AS jsonb))"""
-        ),
-        [{"r": run_id, "c": c.check_name, "e": c.expectation, "ok": c.success, "col": c.column,
-          "kw": json.dumps(c.kwargs), "obs": json.dumps(c.observed), "n": c.unexpected_count,
-          "ids": c.unexpected_claim_ids, "rows": json.dumps(c.unexpected_rows)} for c in outcome.checks],
-    )
-    return run_id
-
-
-@dataclass
-class Verdict:
-    """The stored verdict on a label set: may it be used for calibration?"""
-
-    validation_run_id: int
-    success: bool
-    failures: list[str]
-
-
-def validate_label_set(
-    engine: Engine, label_set_id: int, bounds: Bounds | None = None, data_version_id: int | None = None
-) -> Verdict:
-    """Validate a stored label set against the claims its lineage calibrates; store the verdict."""
-    bounds = bounds or Bounds()
-    with engine.begin() as conn:
-        name = conn.execute(text("SELECT name FROM label_sets WHERE id = :i"),
-                            {"i": label_set_id}).scalar_one()
-        frame = build_frame(label_set_rows(conn, label_set_id), target_texts(conn, name))
-        outcome = run_suite(frame, bounds)
-        vid = store_outcome(conn, outcome, name, label_set_id, None, data_version_id)
-        failed = conn.execute(
-            text("SELECT check_name FROM validation_results WHERE validation_run_id = :v AND NOT success "
-                 "ORDER BY check_name"), {"v": vid}).scalars().all()
-        ok = conn.execute(text("SELECT success FROM validation_runs WHERE id = :v"), {"v": vid}).scalar_one()
-    return Verdict(vid, ok, list(failed))
-
-
-def load_results(conn: Connection, validation_run_id: int) -> dict[str, Mapping[str, Any]]:
-    """A stored validation run's checks by check name."""
-    return {r["check_name"]: r for r in conn.execute(
-        text("SELECT * FROM validation_results WHERE validation_run_id = :v"), {"v": validation_run_id}
-    ).mappings()}
+                        _jsonable(dict(result.statistics)), gx.__version__)

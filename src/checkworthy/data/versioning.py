@@ -1,17 +1,31 @@
-"""Which data and code produced a result: the DVC hash of ``data/`` and the git revision."""
+"""Which data and code produced a result: DVC snapshots of ``data/`` and the git revision.
+
+The DVC CLI is run quiet and offline (:func:`dvc_in`); :func:`version_data` snapshots ``data/``
+and pushes it to the remote, :func:`data_version` names the snapshot and the git revision (the
+store records that pair in ``data_versions``), :func:`place_in_data` copies an incoming file
+under ``data/`` so that it becomes part of the next snapshot.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
-from sqlalchemy import Connection, text
 
 from checkworthy.config import CODE_ROOT, DATA_DIR, ROOT
+
+
+class DataVersion(NamedTuple):
+    """A snapshot of ``data/`` (the md5 in ``data.dvc``) and the git revision of its project."""
+
+    dvc_hash: str
+    git_rev: str
 
 
 def dvc_env() -> dict[str, str]:
@@ -22,12 +36,15 @@ def dvc_env() -> dict[str, str]:
     return env
 
 
-def dvc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run the DVC CLI of this environment in the project root."""
+def dvc_in(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The DVC CLI of this environment in ``repo`` (the project, or a scratch clone in tests)."""
     exe = shutil.which("dvc", path=str(Path(sys.executable).parent)) or "dvc"
-    return subprocess.run(
-        [exe, *args], cwd=ROOT, env=dvc_env(), check=check, capture_output=True, text=True
-    )
+    return subprocess.run([exe, *args], cwd=repo, env=dvc_env(), check=check, capture_output=True, text=True)
+
+
+def dvc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The DVC CLI in the project root."""
+    return dvc_in(ROOT, *args, check=check)
 
 
 def ensure_data() -> None:
@@ -36,9 +53,9 @@ def ensure_data() -> None:
         dvc("pull", "-q")
 
 
-def dvc_data_hash(dvc_file: Path = ROOT / "data.dvc") -> str:
+def data_hash(repo: Path = ROOT) -> str:
     """The md5 that ``data.dvc`` records for ``data/`` (the dataset version)."""
-    with open(dvc_file, encoding="utf-8") as fh:
+    with open(repo / "data.dvc", encoding="utf-8") as fh:
         return yaml.safe_load(fh)["outs"][0]["md5"]
 
 
@@ -60,14 +77,40 @@ def git_rev(repo: Path = CODE_ROOT) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
-def record_data_version(conn: Connection) -> int:
-    """Store (once) the current data version with the git revision of the project that holds
-    ``data.dvc`` (the code's checkout unless CHECKWORTHY_ROOT points elsewhere); return its id."""
-    params = {"h": dvc_data_hash(), "g": git_rev(ROOT)}
-    conn.execute(
-        text("INSERT INTO data_versions (dvc_hash, git_rev) VALUES (:h, :g) ON CONFLICT DO NOTHING"),
-        params,
-    )
-    return conn.execute(
-        text("SELECT id FROM data_versions WHERE dvc_hash = :h AND git_rev = :g"), params
-    ).scalar_one()
+def data_version(repo: Path = ROOT) -> DataVersion:
+    """The data version of ``repo``: the hash in its data.dvc and the git revision of the project
+    that holds it (the code's checkout unless CHECKWORTHY_ROOT points elsewhere)."""
+    return DataVersion(data_hash(repo), git_rev(repo))
+
+
+def version_data(repo: Path = ROOT, push: bool = True, remote: str | None = None) -> str:
+    """Snapshot ``data/`` as a DVC version (``dvc add``; ``dvc push`` to the remote); return its md5.
+
+    Unchanged data gives the same md5 and pushes nothing, so this is safe to repeat.
+    """
+    dvc_in(repo, "add", "-q", "data")
+    if push:
+        dvc_in(repo, "push", "-q", *(["-r", remote] if remote else []), "data.dvc")
+    return data_hash(repo)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of the file's bytes: the identity of a label update."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def place_in_data(path: Path, repo: Path = ROOT, sub: str = "labels") -> Path:
+    """The file's copy under ``data/<sub>/`` (copied there unless it already is; same bytes, same name)."""
+    path = Path(path).resolve()
+    folder = (repo / "data" / sub).resolve()
+    if path.parent == folder:
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / path.name
+    if dest.exists() and file_sha256(dest) != file_sha256(path):
+        dest = folder / f"{path.stem}-{file_sha256(path)[:12]}{path.suffix}"
+    if not dest.exists():
+        tmp = dest.with_suffix(dest.suffix + ".tmp")
+        shutil.copyfile(path, tmp)
+        tmp.replace(dest)
+    return dest

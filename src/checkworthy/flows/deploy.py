@@ -1,4 +1,5 @@
-"""Serve checkworthy's deployments from one process: ``python src/checkworthy/flows/deploy.py`` (no work pool needed).
+"""Serve checkworthy's deployments from one process (no work pool needed):
+``python -m checkworthy.flows.deploy``.
 
 Schedules and triggers (override the intervals with the environment variables named):
 
@@ -16,26 +17,18 @@ See docs/operations.md.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from prefect import serve
+from prefect.events import DeploymentEventTrigger
 
-from checkworthy.config import quiet_offline_env  # noqa: E402
-
-quiet_offline_env()
-
-from prefect import serve  # noqa: E402
-from prefect.events import DeploymentEventTrigger  # noqa: E402
-
-from checkworthy.flows.pipeline import (  # noqa: E402
+from checkworthy.flows.events import GUIDELINES_UPDATED, LABELS_UPDATED
+from checkworthy.flows.pipeline import (
     pipeline_flow,
     recalibrate_flow,
     rescore_flow,
     score_new_claims_flow,
     watch_flow,
 )
-from checkworthy.store.provenance import GUIDELINES_UPDATED, LABELS_UPDATED  # noqa: E402
 
 
 def _seconds(var: str, default: int) -> int:

@@ -1,4 +1,4 @@
-"""DVC stages (dvc.yaml) as Prefect flows: ``python src/checkworthy/flows/stages.py <stage>``.
+"""DVC stages (dvc.yaml) as Prefect flows: ``python -m checkworthy.flows.stages <stage>``.
 
 Stages: validate, embed, score, calibrate, evaluate.
 
@@ -15,21 +15,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from prefect import flow
 
-from checkworthy.config import DVC_REPORT, PARAMS_FILE, REPORTS_DIR, ROOT, load_params  # noqa: E402
-from checkworthy.flows.pipeline import (  # noqa: E402
-    _bounds,
-    _write_json,
+from checkworthy.config import DVC_REPORT, PARAMS_FILE, REPORTS_DIR, ROOT, load_params
+from checkworthy.flows.tasks import (
+    bounds_of,
     calibrate_task,
     compare_task,
     embed_task,
     evaluate_task,
-    flow,
     prepare_task,
     score_task,
     validate_task,
     version_data_task,
+    write_json,
 )
 
 STAGES = ("validate", "embed", "score", "calibrate", "evaluate")
@@ -59,15 +58,16 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
     ids = sorted({i for p in prepared for i in p["calibration_ids"] + p["test_ids"]})
     out: dict[str, Any]
     if stage == "validate":
-        out = {p["lineage"]: validate_task(p["label_set_id"], _bounds(params), dv, db_url) for p in prepared}
-        _write_json(METRICS / "validation.json", out)
+        bounds = bounds_of(params)
+        out = {p["lineage"]: validate_task(p["label_set_id"], bounds, dv, db_url) for p in prepared}
+        write_json(METRICS / "validation.json", out)
     elif stage == "embed":
         out = {"n_claims": len(ids), "n_embedded_now": embed_task(ids, db_url)}
-        _write_json(METRICS / "embed.json", out)
+        write_json(METRICS / "embed.json", out)
     elif stage == "score":
-        keys = [k for m in params["models"] for k in score_task(m, ids, params.get("scoring"), db_url)]
+        keys = [k for m in params["models"] for k in score_task(m["spec"], ids, params, db_url)]
         out = {"n_claims": len(ids), "keys": keys}
-        _write_json(METRICS / "scores.json", out)
+        write_json(METRICS / "scores.json", out)
     else:  # calibrate
         verdicts, keys = _read("validation.json"), _read("scores.json")["keys"]
         runs = [calibrate_task(p["target"], p["test_ids"], p["label_set_id"], key, k, params["alpha"],
@@ -76,11 +76,11 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
                                params.get("correction", "paper"))
                 for p in prepared if verdicts[p["lineage"]]["success"] for key in keys for k in params["k"]]
         out = {"runs": runs, "blocked": sorted(n for n, v in verdicts.items() if not v["success"])}
-        _write_json(METRICS / "calibration.json", out)
+        write_json(METRICS / "calibration.json", out)
     return out
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in STAGES:
-        sys.exit(f"usage: python src/checkworthy/flows/stages.py {{{','.join(STAGES)}}}")
+        sys.exit(f"usage: python -m checkworthy.flows.stages {{{','.join(STAGES)}}}")
     stage_flow(sys.argv[1])

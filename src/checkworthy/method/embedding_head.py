@@ -44,7 +44,8 @@ def features(emb: FloatArray, c: FloatArray) -> FloatArray:
     return np.column_stack([np.asarray(emb, dtype=float), np.asarray(c, dtype=float)])
 
 
-def _folds(y: NDArray[np.int_], n_folds: int, seed: int) -> list[tuple[NDArray, NDArray]]:
+def stratified_folds(y: NDArray[np.int_], n_folds: int, seed: int) -> list[tuple[NDArray, NDArray]]:
+    """(train, test) index pairs of a stratified K-fold split (fewer folds if a class is small)."""
     n = max(2, min(n_folds, int(np.bincount(y, minlength=2).min())))
     return list(StratifiedKFold(n, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
 
@@ -97,7 +98,7 @@ def fit_head(emb: FloatArray, c: FloatArray, y: NDArray[np.int_], *, n_folds: in
     if np.bincount(y, minlength=2).min() < 2:
         raise ValueError("the embedding head needs at least two labelled claims of each class")
     x = features(emb, c)
-    folds = _folds(y, n_folds, seed)
+    folds = stratified_folds(y, n_folds, seed)
     best: tuple[float, float, FloatArray, list[LogisticRegression]] | None = None
     for C in Cs:
         oof = np.empty(len(y))

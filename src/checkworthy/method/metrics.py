@@ -3,15 +3,22 @@
 Computed here rather than with scikit-learn so that each figure is one readable formula;
 ``tests/test_metrics.py`` checks them against hand-computed cases and scikit-learn.
 A class with no predicted (or no gold) members gets precision (or recall) 0, as
-scikit-learn's ``zero_division=0`` does.
+scikit-learn's ``zero_division=0`` does. :func:`metric_rows` turns one calibration's
+arrays into the rows a run stores (``evaluation_metrics``) and the report's sweeps recompute.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from numpy.typing import ArrayLike
 
+from checkworthy.method.nnppi import NNPPIResult
+
 CLASSES = (0, 1)
+#: the three methods a calibration run is evaluated on: raw score, kNN mean, NN-PPI
+METHODS = ("baseline", "knn", "nnppi")
 
 
 def _safe_div(a: float, b: float) -> float:
@@ -91,3 +98,33 @@ def classification_report(y_true: ArrayLike, y_pred: ArrayLike) -> dict[str, flo
         for name in ("precision", "recall", "f1"):
             out[f"{name}_{cls}"] = m[name]
     return out
+
+
+def metric_rows(y: ArrayLike, res: NNPPIResult) -> Iterator[tuple[str, str, str, float]]:
+    """(method, metric, class, value) rows for the three methods on gold labels ``y``.
+
+    ``class`` is '0', '1' or 'all'. Besides the classification figures: mean score by gold
+    class (raw score for the baseline, theta for NN-PPI, kNN mean for KNN) and, for NN-PPI,
+    interval coverage per class and the mean interval width (overall and per gold class).
+    """
+    y = np.asarray(y, dtype=int)
+    decisions = {"baseline": res.baseline_decision, "knn": res.knn_decision, "nnppi": res.decision}
+    values = {"baseline": res.score, "knn": res.knn_mean, "nnppi": res.theta}
+    for method in METHODS:
+        for name, value in classification_report(y, decisions[method]).items():
+            base, _, cls = name.rpartition("_")
+            if cls in ("0", "1"):
+                yield method, base, cls, value
+            else:
+                yield method, name, "all", value
+        for cls, value in mean_score_by_class(y, values[method]).items():
+            yield method, "mean_score", str(cls), value
+    for cls, value in interval_coverage(y, res.ci_low, res.ci_high).items():
+        yield "nnppi", "coverage", cls, value
+    width = res.ci_high - res.ci_low
+    yield "nnppi", "mean_width", "all", float(np.mean(width))
+    for cls in CLASSES:  # per gold class: are the intervals wider where they miss more?
+        in_cls = y == cls
+        mean = float(np.mean(width[in_cls])) if np.any(in_cls) else float("nan")
+        yield "nnppi", "mean_width", str(cls), mean
+    yield "nnppi", "n", "all", float(len(y))

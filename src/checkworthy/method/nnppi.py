@@ -1,6 +1,6 @@
 """NN-PPI: correct a model's score with the residuals of its nearest labelled neighbours.
 
-Pure functions on arrays, no I/O. Notation follows the paper (see PAPER_NOTES.md):
+Pure functions on arrays, no I/O. Notation follows the paper (Amatya et al. 2026):
 ``c`` (n,) are model scores in [0, 1] for the claims being calibrated; ``y_nbr`` and
 ``c_nbr`` (n, k) are the labels (0/1) and scores of each claim's k nearest labelled claims,
 nearest first (what :func:`checkworthy.store.knn.nearest_labelled` returns).

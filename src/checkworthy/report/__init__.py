@@ -1,1 +1,7 @@
-"""Reports: analyses over stored runs, the method comparison, Markdown/HTML rendering and plots."""
+"""Reports of stored calibration runs, for people: analyses, method comparisons, Markdown/HTML and figures.
+
+Entry points: :func:`checkworthy.report.files.save_report` (analyse, render, write, store),
+:func:`checkworthy.report.files.rerender` (a stored report, byte for byte),
+:mod:`checkworthy.report.console` (tables for the terminal) and
+:func:`checkworthy.report.comparison.ensure_comparison` (every method on a run's inputs).
+"""

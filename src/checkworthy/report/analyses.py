@@ -3,7 +3,7 @@
 Everything here works on what one calibration run already implies (the target claims'
 scores and gold labels, the labelled pool's labels and scores) plus each target's neighbour
 list over the *whole* pool, nearest first (``k_big`` long, one SQL statement; see
-:func:`checkworthy.report.build.neighbour_lists`). From that single list:
+:func:`checkworthy.store.knn.neighbour_lists`). From that single list:
 
 - the **k sweep** takes the first k neighbours for every k <= ``k_big``: exactly what the
   SQL kNN returns for that k (same order, same tie-break by claim id);
@@ -27,8 +27,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from checkworthy.method import metrics, nnppi
+from checkworthy.method.metrics import metric_rows
 from checkworthy.method.sampling import nested_subsamples
-from checkworthy.runs.evaluation import metric_rows
+from checkworthy.store.knn import Pool
 
 #: metrics kept per evaluation in the sweeps (method, metric, class)
 SWEEP_METRICS: tuple[tuple[str, str, str], ...] = tuple(
@@ -55,34 +56,12 @@ class Row:
     statistic: str = "value"
 
 
-@dataclass(frozen=True)
-class Pool:
-    """The labelled pool a run calibrates against: claim ids (sorted), labels, scores."""
-
-    ids: NDArray[np.int64]
-    labels: NDArray[np.int64]
-    scores: NDArray[np.float64]
-
-    def __post_init__(self) -> None:
-        if len(self.ids) and np.any(np.diff(self.ids) <= 0):
-            raise ValueError("pool ids must be sorted and unique")
-
-    def positions(self, claim_ids: ArrayLike) -> NDArray[np.int64]:
-        """Positions in the pool of the given claim ids (all must be members)."""
-        ids = np.asarray(claim_ids, dtype=np.int64)
-        pos = np.searchsorted(self.ids, ids)
-        pos = np.clip(pos, 0, max(len(self.ids) - 1, 0))
-        if ids.size and not np.array_equal(self.ids[pos], ids):
-            raise ValueError("neighbour ids outside the labelled pool")
-        return pos
-
-
 def evaluate(
     y: ArrayLike, c: ArrayLike, neighbour_ids: ArrayLike, pool: Pool, alpha: float, threshold: float
 ) -> dict[tuple[str, str, str], float]:
     """All metric rows of NN-PPI (and both baselines) for targets with these neighbours.
 
-    The same :func:`checkworthy.runs.evaluation.metric_rows` a calibration run stores, so a sweep
+    The same :func:`checkworthy.method.metrics.metric_rows` a calibration run stores, so a sweep
     point at the run's own k and pool equals the run's stored metrics.
     """
     pos = pool.positions(np.asarray(neighbour_ids).reshape(-1)).reshape(np.shape(neighbour_ids))

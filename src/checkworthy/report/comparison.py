@@ -1,4 +1,4 @@
-"""Every interval, correction and calibrator on one calibration run's inputs (issue 6).
+"""Every interval, correction and calibrator on one calibration run's inputs.
 
 The paper leaves open whether NN-PPI beats the standard recipes and whether any interval keeps
 its nominal coverage. This module answers both on the same arrays a stored run used: the run's
@@ -38,7 +38,7 @@ Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value`
 
 :func:`compare` is pure (arrays in, rows out); :func:`load_inputs` fetches the arrays of a stored
 run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run and options
-(migration 0005), :func:`load_rows` reads them back for the report and the CLI.
+(:mod:`checkworthy.store.comparisons` reads them back for the report and the CLI).
 
 Limits: coverage and F1 here are measured on the run's target claims, which are the test split
 in the main job; they describe this split, not a guarantee (see :mod:`checkworthy.method.intervals`
@@ -55,8 +55,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
+from checkworthy.data.versioning import git_rev
 from checkworthy.method import metrics, nnppi
 from checkworthy.method.calibrators import adjust_prevalence, prediction_sets
 from checkworthy.method.corrections import (
@@ -68,8 +69,19 @@ from checkworthy.method.corrections import (
 )
 from checkworthy.method.intervals import INTERVAL_METHODS, IntervalSummary, summarise
 from checkworthy.runs.calibration_run import fit_choice, fit_predictor, labelled_pool, neighbour_columns
+from checkworthy.store.comparisons import (
+    comparison_run,
+    find_comparison,
+    label_set_splits,
+    lock_comparison,
+    run_targets,
+    split_claim_ids,
+    store_comparison,
+)
+from checkworthy.store.comparisons import latest_comparisons as stored_latest_comparisons
 from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.knn import nearest_labelled
+from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.rows import ScoreKey, sha256_text
 
 FloatArray = NDArray[np.float64]
@@ -88,6 +100,9 @@ SET_METHODS: dict[str, tuple[str | None, bool]] = {
 }
 INTERVAL_METRICS = ("coverage", "mean_width", "mean_width_01", "mean_set_size", "singleton_rate",
                     "empty_rate")
+#: row families holding intervals and sets, and those holding decisions, in display order
+INTERVAL_FAMILIES = ("interval", "interval-cv", "interval-head", "sets")
+DECISION_FAMILIES = ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head", "head-cv")
 
 
 @dataclass(frozen=True)
@@ -330,17 +345,14 @@ def _ok(v: float | None, bound: float) -> bool:
     return v is not None and not math.isnan(v) and v >= bound
 
 
+def method_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
+    """(family, method, k) present in ``idx`` (keyed by tuples starting with those three),
+    families in the given order, then method and k."""
+    return sorted({(f, m, k) for f, m, k, *_ in idx if f in families},
+                  key=lambda x: (list(families).index(x[0]), x[1], x[2] or 0))
+
+
 # ---------------------------------------------------------------------------- the store
-
-
-def gold_as_of(conn: Connection, claim_ids: Sequence[int], when: Any) -> dict[int, int]:
-    """Each claim's newest label created no later than ``when`` (as the report reads gold)."""
-    rows = conn.execute(
-        text("""SELECT DISTINCT ON (claim_id) claim_id, label FROM labels
-                WHERE claim_id = ANY(:c) AND created_at <= :t ORDER BY claim_id, id DESC"""),
-        {"c": [int(i) for i in claim_ids], "t": when},
-    ).all()
-    return {r.claim_id: int(r.label) for r in rows}
 
 
 def pool_prevalence(conn: Connection, label_set_id: int, target_ids: Sequence[int],
@@ -350,17 +362,14 @@ def pool_prevalence(conn: Connection, label_set_id: int, target_ids: Sequence[in
     None unless L's claims come from one (dataset, split) that holds none of the targets: the
     prevalence must be known without the targets' labels.
     """
-    pools = conn.execute(text(
-        """SELECT DISTINCT c.dataset, c.split FROM label_set_items i JOIN claims c ON c.id = i.claim_id
-           WHERE i.label_set_id = :ls"""), {"ls": label_set_id}).all()
+    pools = label_set_splits(conn, label_set_id)
     if len(pools) != 1:
         return None
     dataset, split = pools[0]
-    ids = conn.execute(text("SELECT id FROM claims WHERE dataset = :d AND split = :s"),
-                       {"d": dataset, "s": split}).scalars().all()
+    ids = split_claim_ids(conn, dataset, split)
     if set(ids) & {int(i) for i in target_ids}:
         return None
-    gold = gold_as_of(conn, ids, when)
+    gold = labels_as_of(conn, ids, when)
     return float(np.mean(list(gold.values()))) if gold else None
 
 
@@ -375,15 +384,14 @@ def load_inputs(conn: Connection, run_id: int,
     the run's neighbourhoods.
     """
     o = options or CompareOptions()
-    run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().first()
+    run = comparison_run(conn, run_id)
     if run is None:
         raise ValueError(f"no calibration run {run_id}")
     if run["status"] != "complete":
         raise ValueError(f"calibration run {run_id} is {run['status']}, not complete")
-    res = conn.execute(text("SELECT claim_id, score, neighbor_ids FROM calibrated_results WHERE run_id = :r "
-                            "ORDER BY claim_id"), {"r": run_id}).all()
+    res = run_targets(conn, run_id)
     ids = [r.claim_id for r in res]
-    gold = gold_as_of(conn, ids, run["finished_at"])
+    gold = labels_as_of(conn, ids, run["finished_at"])
     if len(gold) != len(ids) or not ids:
         raise ValueError(f"run {run_id}: {len(ids) - len(gold)} of {len(ids)} targets have no gold label")
     key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
@@ -420,13 +428,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def find_comparison(conn: Connection, run_id: int, options: CompareOptions | None = None) -> int | None:
-    """The stored comparison of this run with these options, if any."""
-    o = options or CompareOptions()
-    return conn.execute(text("SELECT id FROM method_comparisons WHERE run_id = :r AND params_hash = :h"),
-                        {"r": run_id, "h": _params_hash(o)}).scalar()
-
-
 def _params_hash(o: CompareOptions) -> str:
     return sha256_text(json.dumps(o.params(), sort_keys=True))
 
@@ -435,104 +436,22 @@ def ensure_comparison(conn: Connection, run_id: int, options: CompareOptions | N
                       code_rev: str | None = None, flow_run_id: str | None = None) -> int:
     """Compute and store the comparison of a run (once per run and options); return its id."""
     o = options or CompareOptions()
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
-                 {"k": f"compare:{run_id}:{_params_hash(o)}"})
-    found = find_comparison(conn, run_id, o)
+    lock_comparison(conn, run_id, _params_hash(o))
+    found = find_comparison(conn, run_id, _params_hash(o))
     if found is not None:
         return found
     if code_rev is None:
-        from checkworthy.data.versioning import git_rev
-
         code_rev = git_rev()
     inp, loaded = load_inputs(conn, run_id, o)
     comp = compare(inp, o)
     comp.info |= loaded
-    cid = conn.execute(
-        text("""INSERT INTO method_comparisons (run_id, params, params_hash, code_rev, flow_run_id)
-                VALUES (:r, CAST(:p AS jsonb), :h, :cr, :fr) RETURNING id"""),
-        {"r": run_id, "p": json.dumps(_json_safe(o.params() | {"info": comp.info}), sort_keys=True),
-         "h": _params_hash(o), "cr": code_rev, "fr": flow_run_id},
-    ).scalar_one()
-    conn.execute(
-        text("""INSERT INTO method_comparison (comparison_id, run_id, family, method, k, metric, class, value)
-                VALUES (:c, :r, :family, :method, :k, :metric, :cls, :value)"""),
-        [{"c": cid, "r": run_id, "family": r.family, "method": r.method, "k": r.k, "metric": r.metric,
-          "cls": r.cls, "value": None if math.isnan(r.value) else float(r.value)} for r in comp.rows],
-    )
-    return cid
+    params_json = json.dumps(_json_safe(o.params() | {"info": comp.info}), sort_keys=True)
+    return store_comparison(
+        conn, run_id, params_json, _params_hash(o), code_rev, flow_run_id,
+        [{"family": r.family, "method": r.method, "k": r.k, "metric": r.metric, "cls": r.cls,
+          "value": None if math.isnan(r.value) else float(r.value)} for r in comp.rows])
 
 
 def latest_comparisons(conn: Connection, run_ids: Sequence[int]) -> list[int]:
     """The newest comparison of each run of the current version (for a report to pin)."""
-    return sorted(conn.execute(
-        text("""SELECT max(id) FROM method_comparisons WHERE run_id = ANY(:r)
-                AND (params->>'version')::int = :v GROUP BY run_id"""),
-        {"r": [int(i) for i in run_ids], "v": COMPARISON_VERSION}).scalars())
-
-
-def load_rows(conn: Connection, comparison_ids: Sequence[int]) -> list[dict[str, Any]]:
-    """Stored rows of the given comparisons, with their run's k and comparison info, sorted."""
-    return [dict(r) for r in conn.execute(
-        text("""SELECT m.comparison_id, m.run_id, m.family, m.method, m.k, m.metric, m.class, m.value
-                FROM method_comparison m WHERE m.comparison_id = ANY(:c)
-                ORDER BY m.run_id, m.comparison_id, m.family, m.method, m.k NULLS FIRST, m.metric,
-                         m.class"""),
-        {"c": [int(i) for i in comparison_ids]}).mappings()]
-
-
-def load_heads(conn: Connection, comparison_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """The comparisons' head rows keyed by id (params with ``info``)."""
-    return {r["id"]: dict(r) for r in conn.execute(
-        text("SELECT id, run_id, params, code_rev FROM method_comparisons WHERE id = ANY(:c) ORDER BY id"),
-        {"c": [int(i) for i in comparison_ids]}).mappings()}
-
-
-# ---------------------------------------------------------------------------- console
-
-
-def _fmt(v: float | None, nd: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return f"{v:.{nd}f}"
-
-
-#: row families holding intervals and sets, and those holding decisions, in display order
-INTERVAL_FAMILIES = ("interval", "interval-cv", "interval-head", "sets")
-DECISION_FAMILIES = ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head", "head-cv")
-
-
-def method_keys(idx: Mapping[tuple, Any], families: Sequence[str]) -> list[tuple[str, str, int | None]]:
-    """(family, method, k) present in ``idx`` (keyed by tuples starting with those three),
-    families in the given order, then method and k."""
-    return sorted({(f, m, k) for f, m, k, *_ in idx if f in families},
-                  key=lambda x: (list(families).index(x[0]), x[1], x[2] or 0))
-
-
-def console_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
-    """Plain-text tables of one comparison: intervals and sets, then corrections, CV and calibrators."""
-    idx = {(r["family"], r["method"], r["k"], r["metric"], r["class"]): r["value"] for r in rows}
-    met = targets_met(rows)
-    lines = [title] if title else []
-    head = (f"{'family':<12} {'interval':<21} {'k':>3} {'cov':>6} {'cov0':>6} {'cov1':>6} {'width':>7} "
-            f"{'w[0,1]':>7} {'size':>5}  target")
-    lines += [head, "-" * len(head)]
-    for f, m, k in method_keys(idx, INTERVAL_FAMILIES):
-        vals = [idx.get((f, m, k, metric, c)) for metric, c in (
-            ("coverage", "all"), ("coverage", "0"), ("coverage", "1"), ("mean_width", "all"),
-            ("mean_width_01", "all"))]
-        ok = met.get((f, m, k))
-        lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "
-                     + " ".join(f"{_fmt(v):>{6 if i < 3 else 7}}" for i, v in enumerate(vals))
-                     + f" {_fmt(idx.get((f, m, k, 'mean_set_size', 'all')), 2):>5}  "
-                     + ("" if ok is None else "met" if ok else "missed"))
-    head = (f"{'family':<12} {'method':<21} {'k':>3} {'wF1':>6} {'F1 0':>6} {'F1 1':>6} {'acc':>6} "
-            f"{'brier':>6}")
-    lines += ["", head, "-" * len(head)]
-    for f, m, k in method_keys(idx, DECISION_FAMILIES):
-        vals = [idx.get((f, m, k, metric, c)) for metric, c in (
-            ("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"), ("brier", "all"))]
-        lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "
-                     + " ".join(f"{_fmt(v):>6}" for v in vals))
-    return "\n".join(lines)
+    return stored_latest_comparisons(conn, run_ids, COMPARISON_VERSION)

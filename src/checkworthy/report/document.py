@@ -1,6 +1,6 @@
 """The report as a document of blocks, rendered to Markdown and to a self-contained HTML page.
 
-:mod:`checkworthy.report.build` builds a list of blocks from stored rows; this module turns that
+:mod:`checkworthy.report.render` builds a list of blocks from stored rows; this module turns that
 list into text. Both renderings come from the same blocks, so the Markdown and the HTML page
 always say the same thing. Cell and paragraph text use a small inline Markdown subset
 (```code```, ``**bold**``, backslash escapes; :func:`esc` escapes free text such as claims), which

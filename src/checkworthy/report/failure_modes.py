@@ -22,13 +22,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 CATEGORIES = ("fixed_fp", "fixed_fn", "persistent", "regression")
-LABELS = {
-    "fixed_fp": "fixed false positives",
-    "fixed_fn": "fixed false negatives",
-    "persistent": "persistent errors",
-    "regression": "regressions",
-    "correct": "right both times",
-}
 
 
 def classify(y: ArrayLike, baseline: ArrayLike, nnppi: ArrayLike) -> NDArray[np.str_]:

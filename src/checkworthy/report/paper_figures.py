@@ -4,7 +4,7 @@ Every number the paper reports that one of our tables has a counterpart for: wei
 (baseline, knn, nnppi) per model and k, Gemma 3 270M class F1, the baseline statistics of
 the appendix, interval coverage averaged over models, the split sizes, the decision-accuracy
 range, and the qualitative findings of the |L| and temperature ablations (as text: the paper
-gives no table for them). Source: /work/shared/PAPER_NOTES.md. The paper's LLM scores are
+gives no table for them), as the paper states them. The paper's LLM scores are
 verbalised confidences; compare other score kinds with that in mind.
 """
 
@@ -63,9 +63,6 @@ SPLITS: dict[str, dict[str, int]] = {
     "claimbuster": {"test_rows": 2740, "test_positive": 725, "test_negative": 2015, "calibration": 1314},
     "clef2024": {"test_rows": 317, "test_positive": 107, "test_negative": 210, "calibration": 2406},
 }
-
-#: nominal level of the paper's intervals (alpha = 0.05)
-NOMINAL_COVERAGE = 0.95
 
 #: "decision accuracy (right side of 0.5) 70-90%", over models and datasets
 DECISION_ACCURACY_RANGE: tuple[float, float] = (0.70, 0.90)

@@ -1,35 +1,22 @@
-"""One calibration run: kNN in SQL, NN-PPI on the arrays, results stored atomically.
+"""One calibration run: kNN in SQL, NN-PPI (or another interval and correction) on the arrays,
+results, metrics and the 'complete' status stored in one transaction.
 
-A run is identified by a key over all its inputs (claims, label set fingerprint, score key,
-k, alpha, threshold, interval method): a complete run with the same key is reused, never
-recomputed. Two processes starting the same run serialise on an advisory lock; the second
-finds the first's complete run. Results, metrics and the 'complete' status are written in
-one transaction, so a run is never marked complete with partial results; a failure marks
-the run 'failed' and the next attempt starts a new run.
-
-Methods: ``RunSpec.interval_method`` names an interval of :data:`checkworthy.method.intervals.INTERVAL_METHODS`
-and ``RunSpec.correction`` a point correction of :data:`checkworthy.method.corrections.CORRECTIONS`, or
-``"cv"`` (method, k and parameters chosen by leave-one-out weighted F1 on the label set alone,
-:func:`checkworthy.method.corrections.select_by_cv`), or a predictor fitted on the label set that
-replaces the model score first (:data:`PREDICTOR_RUNS`: the standard score calibrators of
-:mod:`checkworthy.method.calibrators`, and the embedding head of :mod:`checkworthy.method.embedding_head`
-alone, under NN-PPI or under the CV choice). The default, ``z`` + ``paper``, is the paper's
-NN-PPI computed exactly as before (:func:`checkworthy.method.nnppi.nnppi`, no extra query). Any
-other pair also fetches the label set's leave-one-out neighbour lists from SQL (conformal
-intervals, fitted lambdas and the CV need them). Both names are stored in the run (column
-``interval_method``, ``params->>'correction'``); what was fitted or chosen on L (lambda, kappa,
-the CV choice) is added to ``params`` when the run completes.
+A run is identified by a key over all its inputs: a complete run with the same key is reused,
+never recomputed, and two processes starting the same run serialise on the key's lock. A failure
+marks the run 'failed'; the next attempt starts a new one. Besides the paper's NN-PPI (``z`` +
+``paper``, the default), a run may use any interval of :mod:`checkworthy.method.intervals`, any
+correction of :mod:`checkworthy.method.corrections`, the ``cv`` choice, or a predictor fitted on
+the label set (:data:`PREDICTOR_RUNS`); what was fitted on L is added to the run's ``params``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
@@ -44,10 +31,27 @@ from checkworthy.method.corrections import (
 )
 from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.intervals import INTERVAL_METHODS
-from checkworthy.runs.evaluation import metric_rows, store_metrics
+from checkworthy.method.metrics import metric_rows
+from checkworthy.store.calibration_runs import (
+    complete_run,
+    fail_run,
+    find_complete_run,
+    insert_results,
+    insert_run,
+    lock_run_key,
+    unlock_run_key,
+)
 from checkworthy.store.embeddings import claim_embeddings
-from checkworthy.store.knn import Neighbours, nearest_labelled
-from checkworthy.store.rows import ScoreKey, claim_scores, current_labels, sha256_text
+from checkworthy.store.knn import Neighbours, load_pool, nearest_labelled
+from checkworthy.store.metrics import store_metrics
+from checkworthy.store.rows import (
+    ScoreKey,
+    claim_scores,
+    current_labels,
+    label_set_fingerprint,
+    max_claims_per_text,
+    sha256_text,
+)
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,8 @@ class RunSpec:
     threshold: float = nnppi.THRESHOLD
     interval_method: str = "z"
     embed_model: str = EMBED_MODEL
-    #: point correction (a CORRECTIONS name or "cv"). Part of the run key like every field, so
-    #: runs stored before this field existed have keys without it: they are recomputed (with
-    #: identical results) rather than reused. Kept that way because ``recalibrate.fast_run_key``
-    #: hashes every field too and the two keys must agree.
+    #: point correction (a :data:`RUN_CORRECTIONS` name); part of the run key like every field
+    #: (:func:`checkworthy.runs.recalibration.fast_run_key` hashes every field too: the keys agree)
     correction: str = "paper"
 
 
@@ -80,25 +82,11 @@ class RunContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _fingerprint(conn: Connection, label_set_id: int) -> str:
-    return conn.execute(
-        text("SELECT fingerprint FROM label_sets WHERE id = :i"), {"i": label_set_id}
-    ).scalar_one()
-
-
 def run_key(spec: RunSpec, fingerprint: str) -> str:
     """sha256 over every input of the run."""
     body = asdict(spec) | {"claim_ids": sorted(spec.claim_ids), "fingerprint": fingerprint}
     body["label_set_id"] = None  # the fingerprint, not the row id, identifies the labels
     return sha256_text(json.dumps(body, sort_keys=True, default=str))
-
-
-def find_complete_run(conn: Connection, key: str) -> int | None:
-    """The id of the complete run with this key, if any."""
-    return conn.execute(
-        text("SELECT id FROM calibration_runs WHERE run_key = :k AND status = 'complete'"),
-        {"k": key},
-    ).scalar()
 
 
 def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIResult, Any, dict]:
@@ -187,18 +175,6 @@ def neighbour_columns(k: int, interval_method: str) -> int:
     return max(8 * k, k + 40) if interval_method in SPLIT_METHODS else k
 
 
-POOL_SQL = text(
-    """SELECT i.claim_id, i.label, p.score
-       FROM label_set_items i
-       JOIN claims c ON c.id = i.claim_id
-       JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model
-       JOIN predictions p ON p.text_hash = c.text_hash AND p.model_id = :model_id
-            AND p.prompt_version = :prompt_version AND p.params_hash = :params_hash
-            AND p.score_kind = :score_kind AND p.score IS NOT NULL
-       WHERE i.label_set_id = :label_set_id ORDER BY i.claim_id"""
-)
-
-
 @dataclass(frozen=True)
 class LabelledPool:
     """The label set's claims that can be neighbours (scored, embedded), with their LOO lists."""
@@ -223,22 +199,15 @@ def labelled_pool(
     lists itself or another claim with its text), nearest first, ``n_cols`` long or, for a small
     L, as long as every claim can have (the smallest count of other-text claims, at least 1).
     """
-    rows = conn.execute(POOL_SQL, {
-        "label_set_id": label_set_id, "embed_model": embed_model, "model_id": key.model_id,
-        "prompt_version": key.prompt_version, "params_hash": key.params_hash,
-        "score_kind": key.score_kind}).all()
-    ids = np.array([r.claim_id for r in rows], dtype=np.int64)
-    most_copies = conn.execute(text(
-        "SELECT coalesce(max(n), 1) FROM (SELECT count(*) AS n FROM claims WHERE id = ANY(:c) "
-        "GROUP BY text_hash) d"), {"c": ids.tolist()}).scalar_one()
-    n_cols = max(1, min(n_cols, len(ids) - int(most_copies)))
+    pool = load_pool(conn, label_set_id, key, embed_model)
+    ids = pool.ids
+    n_cols = max(1, min(n_cols, len(ids) - max_claims_per_text(conn, ids.tolist())))
     loo = nearest_labelled(conn, label_set_id, ids.tolist(), n_cols, key, leave_one_out=True,
                            embed_model=embed_model)
     if not np.array_equal(loo.claim_ids, ids):
         raise RuntimeError("leave-one-out kNN did not return one list per labelled claim")
     pos = np.searchsorted(ids, loo.neighbor_ids)
-    cal = LabelledSet(y=np.array([r.label for r in rows], dtype=np.int64),
-                      c=np.array([r.score for r in rows], dtype=float), nbr=pos, dist=loo.distances)
+    cal = LabelledSet(y=pool.labels, c=pool.scores, nbr=pos, dist=loo.distances)
     return LabelledPool(ids, cal)
 
 
@@ -324,102 +293,45 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
     check_methods(spec.interval_method, spec.correction)
     ctx = ctx or RunContext()
     with engine.connect() as lock:
-        fingerprint = _fingerprint(lock, spec.label_set_id)
+        fingerprint = label_set_fingerprint(lock, spec.label_set_id)
         key = run_key(spec, fingerprint)
-        lock.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": key})
-        lock.commit()
+        lock_run_key(lock, key)
         try:
             existing = find_complete_run(lock, key)
             lock.commit()
             if existing is not None:
                 return existing
-            run_id = _start(engine, spec, key, fingerprint, ctx)
+            params = ctx.extra | {"n_claims": len(spec.claim_ids), "correction": spec.correction}
+            with engine.begin() as conn:
+                run_id = start_run(conn, spec, key, fingerprint, params, ctx)
             try:
                 with engine.begin() as conn:
                     _compute_and_store(conn, spec, run_id)
             except BaseException:
                 with engine.begin() as conn:
-                    conn.execute(
-                        text("UPDATE calibration_runs SET status = 'failed', finished_at = now() "
-                             "WHERE id = :i"), {"i": run_id})
+                    fail_run(conn, run_id)
                 raise
             return run_id
         finally:
-            lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
-            lock.commit()
+            unlock_run_key(lock, key)
 
 
-def _start(engine: Engine, spec: RunSpec, key: str, fingerprint: str, ctx: RunContext) -> int:
-    with engine.begin() as conn:
-        return conn.execute(
-            text(
-                """INSERT INTO calibration_runs (run_key, target, label_set_id,
-                   label_set_fingerprint, model_id, prompt_version, params_hash, score_kind,
-                   embed_model, k, alpha, threshold, interval_method, params, status,
-                   flow_run_id, code_rev, data_version_id)
-                   VALUES (:key, :t, :ls, :fp, :m, :pv, :ph, :sk, :em, :k, :a, :th, :im,
-                   CAST(:p AS jsonb), 'running', :fr, :cr, :dv) RETURNING id"""
-            ),
-            {"key": key, "t": spec.target, "ls": spec.label_set_id, "fp": fingerprint,
-             "m": spec.key.model_id, "pv": spec.key.prompt_version, "ph": spec.key.params_hash,
-             "sk": spec.key.score_kind, "em": spec.embed_model, "k": spec.k, "a": spec.alpha,
-             "th": spec.threshold, "im": spec.interval_method,
-             "p": json.dumps(ctx.extra | {"n_claims": len(spec.claim_ids), "correction": spec.correction}),
-             "fr": ctx.flow_run_id, "cr": ctx.code_rev, "dv": ctx.data_version_id},
-        ).scalar_one()
+def start_run(conn: Connection, spec: RunSpec, key: str, fingerprint: str, params: dict[str, Any],
+              ctx: RunContext, parent_run_id: int | None = None) -> int:
+    """Insert ``spec``'s run as running, with ``params`` and ``ctx``'s provenance; return its id.
+    A run with a parent is an incremental one."""
+    return insert_run(
+        conn, key, spec.target, spec.label_set_id, fingerprint, spec.key, spec.embed_model, spec.k,
+        spec.alpha, spec.threshold, spec.interval_method, params, ctx.flow_run_id, ctx.code_rev,
+        ctx.data_version_id, parent_run_id=parent_run_id,
+        mode="full" if parent_run_id is None else "incremental")
 
 
 def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
     ids, res, nb, counts = compute(conn, spec)
-    conn.execute(
-        text(
-            """INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high,
-               decision, knn_mean, neighbor_ids, neighbor_distances)
-               VALUES (:r, :c, :s, :th, :lo, :hi, :d, :km, :nid, :nd)"""
-        ),
-        [
-            {"r": run_id, "c": int(ids[i]), "s": float(res.score[i]), "th": float(res.theta[i]),
-             "lo": float(res.ci_low[i]), "hi": float(res.ci_high[i]),
-             "d": bool(res.decision[i]), "km": float(res.knn_mean[i]),
-             "nid": [int(x) for x in nb.neighbor_ids[i]],
-             "nd": [float(x) for x in nb.distances[i]]}
-            for i in range(len(ids))
-        ],
-    )
+    insert_results(conn, run_id, ids, res, nb.neighbor_ids, nb.distances)
     gold = current_labels(conn, [int(i) for i in ids])
     if len(gold) == len(ids) and len(ids):
         y = np.array([gold[int(i)] for i in ids])
         store_metrics(conn, run_id, metric_rows(y, res))
-    conn.execute(
-        text(
-            """UPDATE calibration_runs SET status = 'complete', finished_at = now(),
-               params = params || CAST(:p AS jsonb) WHERE id = :i"""
-        ),
-        {"i": run_id, "p": json.dumps(counts)},
-    )
-
-
-def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
-    """A run's row as a mapping (for reports and the CLI)."""
-    return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
-
-
-def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
-    """A run's per-claim results with the claims' source ids, in claim id order."""
-    return list(
-        conn.execute(
-            text(
-                """SELECT r.*, c.source_id, c.dataset FROM calibrated_results r
-                   JOIN claims c ON c.id = r.claim_id WHERE r.run_id = :i ORDER BY r.claim_id"""
-            ),
-            {"i": run_id},
-        ).mappings()
-    )
-
-
-def neighbor_source_ids(conn: Connection, claim_ids: Sequence[int]) -> dict[int, str]:
-    """Source ids of neighbour claims, for output files."""
-    rows = conn.execute(
-        text("SELECT id, source_id FROM claims WHERE id = ANY(:c)"), {"c": list(map(int, claim_ids))}
-    ).all()
-    return {r.id: r.source_id for r in rows}
+    complete_run(conn, run_id, counts)

@@ -21,9 +21,10 @@ from sqlalchemy import Engine
 from checkworthy.data.user_csv import id_and_text, read_rows
 from checkworthy.errors import DataError
 from checkworthy.method import metrics
-from checkworthy.runs.calibration_run import RunSpec, load_results, neighbor_source_ids, run_calibration
+from checkworthy.runs.calibration_run import RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import ensure_embeddings
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
@@ -125,7 +126,7 @@ def calibrate_files(
                                              interval_method=interval, correction=correction))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
-        names = neighbor_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
+        names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
     _write_out(out, unl, u_ids, results, names)
     got = None
     if all(r.label is not None for r in unl):

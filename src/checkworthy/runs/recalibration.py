@@ -43,97 +43,55 @@ old neighbour as added, or a non-neighbour as removed, costs work, never correct
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from threadpoolctl import threadpool_limits
 
 from checkworthy.method import nnppi
-from checkworthy.runs.calibration_run import RunContext, RunSpec, find_complete_run, run_calibration
-from checkworthy.runs.evaluation import metric_rows, store_metrics
+from checkworthy.method.metrics import metric_rows
+from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration, start_run
+from checkworthy.store import recalibration as recal_store
+from checkworthy.store.calibration_runs import (
+    complete_run,
+    fail_run,
+    find_complete_run,
+    find_parent_run,
+    has_unlabelled_results,
+    load_run,
+    lock_run_key,
+    result_values,
+    runs_in_force,
+    unlock_run_key,
+)
 from checkworthy.store.knn import nearest_labelled
-from checkworthy.store.rows import ScoreKey, claim_scores, current_labels, sha256_text
+from checkworthy.store.lineages import target_claim_ids
+from checkworthy.store.metrics import store_metrics
+from checkworthy.store.rows import (
+    ScoreKey,
+    claim_scores,
+    current_labels,
+    label_set_claims_without_score,
+    label_set_fingerprint,
+    model_spec,
+    sha256_text,
+)
 
 #: above this share of added claims in the new pool a full run is cheaper
 MAX_ADDED_SHARE = 0.5
 
-#: the eligible labelled claims of the new and of the parent's label set in one statement: each
-#: claim's score and embedding are looked up once (``since``: when it became usable as a neighbour)
-POOLS_SQL = text(
-    """
-WITH items AS (
-    SELECT claim_id, max(label) FILTER (WHERE label_set_id = :new) AS new_label,
-           max(label) FILTER (WHERE label_set_id = :old) AS old_label
-    FROM label_set_items WHERE label_set_id IN (:new, :old) GROUP BY claim_id)
-SELECT i.claim_id, i.new_label, i.old_label, p.score, greatest(p.created_at, e.created_at) AS since
-FROM items i
-JOIN claims c ON c.id = i.claim_id
-JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
-JOIN predictions p ON p.text_hash = c.text_hash AND p.model_id = :m AND p.prompt_version = :pv
-     AND p.params_hash = :ph AND p.score_kind = :sk AND p.score IS NOT NULL
-"""
-)
-
-#: the parent's rows as fixed-size binary records: claim id, score, the k neighbour ids, the k
-#: distances (parsed with numpy; one message per row, no per-row Python objects)
-PARENT_COPY = """COPY (SELECT r.claim_id, r.score, {neighbours} FROM calibrated_results r WHERE r.run_id = %s)
-TO STDOUT (FORMAT BINARY)"""
-#: the same with each target's vector (needed when labelled claims were added)
-PARENT_VECTORS_COPY = """COPY (SELECT r.claim_id, r.score, {neighbours}, e.embedding FROM calibrated_results r
-    JOIN claims c ON c.id = r.claim_id JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = %s
-    WHERE r.run_id = %s) TO STDOUT (FORMAT BINARY)"""
 #: the parent's rows are examined in blocks of this many, as the COPY delivers them, so that the
 #: unaffected rows of a block are being copied while the next blocks arrive
 PARENT_BLOCK = 16_384
-#: concatenated ``vector_send`` images of a few claims (the labelled pool, never the targets)
-VECTORS_SQL = """
-SELECT string_agg(int8send(c.id) || vector_send(e.embedding), ''::bytea)
-FROM claims c JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = %s
-WHERE c.id = ANY(%s)"""
 #: slack of the vector prefilter, in cosine distance: pgvector sums 384 float32 products, so its
 #: distance may be off by up to ~7e-5 from the exact one; numpy's float32 product by ~1e-6
 PREFILTER_MARGIN = 1e-3
-#: server settings while the parent's rows and vectors are read (restored afterwards): hash
-#: tables in memory, and no parallel workers, which would ship every 1.5 kB vector through shared
-#: memory and compete for the CPUs with the copy running alongside
-PARENT_READ_SETTINGS = {"work_mem": "64MB", "max_parallel_workers_per_gather": "0"}
-#: a parent with at least this share of the embeddings' rows is read by hash joins over sequential
-#: scans, whatever the statistics say: right after a large parent run ``calibrated_results`` may not
-#: be analysed yet, and the planner would probe the embeddings index once per target (3x slower)
-HASH_JOIN_SHARE = 0.1
-#: the candidate pairs are sorted with their vectors: in memory, not in a temporary file
-EXACT_SETTINGS = {"work_mem": "64MB"}
-#: the exact distance of each (target, added claim) pair that passed the prefilter, by pgvector
-EXACT_SQL = text(
-    """WITH av AS MATERIALIZED (
-           SELECT c.id, e.embedding FROM claims c
-           JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :em
-           WHERE c.id = ANY(CAST(:added AS bigint[])))
-       SELECT u.i, av.embedding <=> et.embedding
-       FROM unnest(CAST(:t AS bigint[]), CAST(:a AS bigint[])) WITH ORDINALITY AS u(t, a, i)
-       JOIN av ON av.id = u.a
-       JOIN claims ct ON ct.id = u.t
-       JOIN embeddings et ON et.text_hash = ct.text_hash AND et.model = :em"""
-)
-
-COLUMNS = ("run_id", "claim_id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean",
-           "neighbor_ids", "neighbor_distances")
-#: copy some of the parent's rows unchanged into the new run (``computed_in_run``: who computed
-#: them); ``run_id = p AND claim_id = ANY(...)`` is one ordered walk of the primary key over just
-#: those rows, whatever the statistics (a join on ``unnest`` may hash the whole parent per call)
-COPY_KEPT_SQL = text(
-    f"""INSERT INTO calibrated_results ({', '.join(COLUMNS)}, computed_in_run)
-        SELECT :new, r.claim_id, r.score, r.theta, r.ci_low, r.ci_high, r.decision, r.knn_mean,
-               r.neighbor_ids, r.neighbor_distances, coalesce(r.computed_in_run, r.run_id)
-        FROM calibrated_results r WHERE r.run_id = :p AND r.claim_id = ANY(CAST(:keep AS bigint[]))"""
-)
 
 
 @dataclass
@@ -195,46 +153,26 @@ class Plan:
         return self.n_copied_early + len(self.keep)
 
 
-def _key_params(spec: RunSpec) -> dict[str, Any]:
-    return {"m": spec.key.model_id, "pv": spec.key.prompt_version, "ph": spec.key.params_hash,
-            "sk": spec.key.score_kind, "em": spec.embed_model}
-
-
 def incremental_applies(spec: RunSpec) -> bool:
     """Only the paper's NN-PPI (z interval, residual-mean correction) is local to each claim's
     neighbours; fitted corrections, conformal intervals and the CV choice depend on all of L, so a
     label change moves every claim and those calibrations are recomputed in full."""
-    return spec.interval_method == "z" and getattr(spec, "correction", "paper") == "paper"
+    return spec.interval_method == "z" and spec.correction == "paper"
 
 
 def find_parent(conn: Connection, spec: RunSpec) -> int | None:
-    """The newest complete run of the same calibration on an earlier version of the same lineage."""
-    return conn.execute(
-        text(
-            """SELECT r.id FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
-               WHERE r.status = 'complete' AND r.target = :t
-                 AND ls.name = (SELECT name FROM label_sets WHERE id = :ls)
-                 AND r.model_id = :m AND r.prompt_version = :pv AND r.params_hash = :ph
-                 AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
-                 AND r.threshold = :th AND r.interval_method = :im
-                 AND coalesce(r.params->>'correction', 'paper') = :corr
-               ORDER BY r.id DESC LIMIT 1"""
-        ),
-        _key_params(spec) | {"t": spec.target, "ls": spec.label_set_id, "k": spec.k, "a": spec.alpha,
-                             "th": spec.threshold, "im": spec.interval_method,
-                             "corr": getattr(spec, "correction", "paper")},
-    ).scalar()
+    """The newest complete run of the same calibration on a version of the same lineage."""
+    return find_parent_run(conn, spec.target, spec.label_set_id, spec.key, spec.embed_model, spec.k,
+                           spec.alpha, spec.threshold, spec.interval_method, spec.correction)
 
 
 def pool_changes(conn: Connection, spec: RunSpec, parent_run_id: int) -> PoolChanges:
     """Compare the eligible labelled pools of the parent's label set and of ``spec``'s."""
-    parent = conn.execute(text("SELECT label_set_id, started_at FROM calibration_runs WHERE id = :i"),
-                          {"i": parent_run_id}).one()
-    rows = conn.execute(POOLS_SQL, _key_params(spec) | {"new": spec.label_set_id,
-                                                        "old": parent.label_set_id}).all()
+    parent = load_run(conn, parent_run_id)
+    rows = recal_store.pools(conn, spec.label_set_id, parent["label_set_id"], spec.key, spec.embed_model)
     df = pd.DataFrame(rows, columns=["claim_id", "new", "old", "score", "since"]).set_index("claim_id")
     new, old = df[df["new"].notna()], df[df["old"].notna()]
-    old_strict = set(old.index[old["since"] < parent.started_at])
+    old_strict = set(old.index[old["since"] < parent["started_at"]])
     both = new.index.intersection(old.index)
     # one row per claim: its score is the same on both sides, so only the label can differ
     changed = both[(new.loc[both, "new"] != new.loc[both, "old"]).to_numpy()]
@@ -265,22 +203,6 @@ def plan(conn: Connection, spec: RunSpec, parent_run_id: int, changes: PoolChang
                      (checker, check_conn) if check_conn is not None else None)
 
 
-@contextmanager
-def _local_settings(conn: Connection, settings: dict[str, str]) -> Iterator[None]:
-    """Apply server settings to the current transaction only, and restore them on leaving.
-
-    After an error they are left as they are: the transaction is failing, and what
-    ``set_config(..., true)`` sets ends with it.
-    """
-    before = {name: conn.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
-              for name in settings}
-    for name, value in settings.items():
-        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-    yield
-    for name, value in before.items():
-        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-
-
 def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
           on_kept: Callable[[NDArray[np.int64]], None] | None,
           checker: tuple[ThreadPoolExecutor, Connection] | None) -> Plan:
@@ -290,7 +212,8 @@ def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
     removed, changed = np.asarray(ch.removed, dtype=np.int64), np.asarray(ch.changed, dtype=np.int64)
     added_ids, added_vectors = _added_vectors(conn, ch.added, spec.embed_model)
     blocks, candidates, checks = [], [], []
-    for rows in _parent_blocks(conn, parent_run_id, k, spec.embed_model if ch.added else None):
+    for rows in recal_store.parent_blocks(conn, parent_run_id, k, PARENT_BLOCK,
+                                          spec.embed_model if ch.added else None):
         ids = rows["id"].astype(np.int64)
         nids = np.stack([rows[f"n{i}"] for i in range(k)], axis=1).astype(np.int64)
         nds = np.stack([rows[f"d{i}"] for i in range(k)], axis=1).astype(float)
@@ -344,109 +267,13 @@ def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
                 (ids[in_parent], nids[in_parent], nds[in_parent]), int(copied.sum()))
 
 
-def _parent_blocks(conn: Connection, parent_run_id: int, k: int,
-                   embed_model: str | None = None) -> Iterator[np.ndarray]:
-    """The parent run's rows (with ``embed_model``: and each target's vector), in arrival order, as
-    structured arrays of up to ``PARENT_BLOCK`` records: ``id``, ``score``, ``n0..`` (neighbour
-    ids), ``d0..`` (distances), ``v`` (the big-endian float32 vector).
-
-    One binary COPY: every record has the same size (k neighbours, no NULLs, one vector
-    dimension), so numpy reads a block of records at once, with no Python object per row. The
-    connection is busy until the generator is exhausted: use another one meanwhile.
-    """
-    cols = ", ".join([f"r.neighbor_ids[{i}]" for i in range(1, k + 1)]
-                     + [f"r.neighbor_distances[{i}]" for i in range(1, k + 1)])
-    sql = (PARENT_VECTORS_COPY if embed_model else PARENT_COPY).format(neighbours=cols)
-    params = (embed_model, parent_run_id) if embed_model else (parent_run_id,)
-    fields = [("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
-    fields += [x for i in range(k) for x in ((f"l_n{i}", ">i4"), (f"n{i}", ">i8"))]
-    fields += [x for i in range(k) for x in ((f"l_d{i}", ">i4"), (f"d{i}", ">f8"))]
-    n_fields = 2 + 2 * k + (1 if embed_model else 0)
-    dt: np.dtype | None = None
-    buf = bytearray()
-
-    def start(final: bool) -> np.dtype | None:
-        """Strip the stream header and fix the record layout (its vector dimension is in the
-        first record); None while too few bytes have arrived to do so."""
-        nonlocal fields
-        if len(buf) < 19 or len(buf) < 19 + int.from_bytes(buf[15:19], "big"):
-            if final:
-                raise RuntimeError("unexpected COPY stream of the parent run")
-            return None
-        if not buf.startswith(b"PGCOPY\n\xff\r\n\x00"):
-            raise RuntimeError("unexpected COPY stream of the parent run")
-        head = 19 + int.from_bytes(buf[15:19], "big")
-        at = head + np.dtype(fields).itemsize + 4  # the first record's vector dimension
-        if embed_model and len(buf) >= at + 2:
-            dim = int.from_bytes(buf[at:at + 2], "big")
-            fields += [("l_v", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))]
-        elif embed_model and not final:
-            return None
-        del buf[:head]
-        return np.dtype(fields)
-
-    def take(n: int) -> np.ndarray:
-        """The first n records of the buffer, checked; the buffer starts afresh with the rest."""
-        nonlocal buf
-        assert dt is not None
-        rows = np.frombuffer(buf, dtype=dt, count=n)  # a view: the buffer is not copied
-        buf = buf[n * dt.itemsize:]
-        lengths = [rows[f] for f in dt.names if f.startswith("l_") and f != "l_v"]
-        if (rows["nf"] != n_fields).any() or any((x != 8).any() for x in lengths):
-            raise RuntimeError("the parent run's rows have NULLs or another k")
-        if embed_model and (rows["dim"] != rows["v"].shape[1]).any():
-            raise RuntimeError("target vectors of different dimensions")
-        return rows
-
-    settings = _parent_read_settings(conn, parent_run_id) if embed_model else PARENT_READ_SETTINGS
-    with (_local_settings(conn, settings), conn.connection.driver_connection.cursor() as cur,
-          cur.copy(sql, params) as cp):
-        for message in cp:
-            buf += message
-            if dt is None and (dt := start(final=False)) is None:
-                continue
-            if len(buf) >= PARENT_BLOCK * dt.itemsize:
-                yield take(PARENT_BLOCK)
-    if dt is None:
-        dt = start(final=True)
-        assert dt is not None
-    n, rest = divmod(len(buf) - 2, dt.itemsize)
-    if rest or buf[-2:] != b"\xff\xff":
-        raise RuntimeError("the parent run's rows have NULLs or another k")
-    if n:
-        yield take(n)
-
-
-def _parent_read_settings(conn: Connection, parent_run_id: int) -> dict[str, str]:
-    """``PARENT_READ_SETTINGS``, and no nested loops if the parent is large against the embeddings
-    (its row count is in its params; the embeddings' is the catalogue's estimate, -1 if unknown)."""
-    n_parent, n_embeddings = conn.execute(
-        text("""SELECT (SELECT (params->>'n_calibrated')::float8 FROM calibration_runs WHERE id = :p),
-                       (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)"""),
-        {"p": parent_run_id}).one()
-    if n_parent is not None and n_embeddings is not None and 0 <= HASH_JOIN_SHARE * n_embeddings <= n_parent:
-        return PARENT_READ_SETTINGS | {"enable_nestloop": "off"}
-    return PARENT_READ_SETTINGS
-
-
 def _added_vectors(conn: Connection, added: list[int],
                    embed_model: str) -> tuple[NDArray[np.int64], np.ndarray]:
-    """The added claims' ids and unit float32 vectors (rows), from one statement."""
-    if not added:
-        return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
-    with conn.connection.driver_connection.cursor(binary=True) as cur:
-        cur.execute(VECTORS_SQL, (embed_model, [int(i) for i in added]))
-        (blob,) = cur.fetchone()
-    if not blob:
-        return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
-    dim = int.from_bytes(blob[8:10], "big")
-    dt = np.dtype([("id", ">i8"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
-    rows = np.frombuffer(blob, dtype=dt)
-    if len(blob) % dt.itemsize or (rows["dim"] != dim).any():
-        raise RuntimeError("vectors of different dimensions")
-    vectors = rows["v"].astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return rows["id"].astype(np.int64), vectors
+    """The added claims' ids and unit float32 vectors (rows)."""
+    ids, vectors = recal_store.claim_vectors(conn, added, embed_model)
+    if len(ids):
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return ids, vectors
 
 
 def _prefilter(targets: np.ndarray, added: np.ndarray, kth: NDArray[np.float64],
@@ -474,11 +301,7 @@ def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64
     """
     if not len(cand_t):
         return pd.DataFrame(columns=["claim_id", "neighbor_id", "distance"])
-    with _local_settings(conn, EXACT_SETTINGS):
-        got = conn.execute(EXACT_SQL, {"t": _bigint_array(cand_t), "a": _bigint_array(cand_a),
-                                       "added": _bigint_array(np.unique(cand_a)), "em": embed_model}).all()
-    i = np.fromiter((r[0] for r in got), np.int64, len(got)) - 1  # the pair's (1-based) ordinality
-    d = np.fromiter((r[1] for r in got), float, len(got))
+    i, d = recal_store.exact_distances(conn, cand_t, cand_a, embed_model)
     enters = (d < kth_distance[i]) | ((d == kth_distance[i]) & (cand_a[i] < kth_id[i]))
     i = i[enters]
     return pd.DataFrame({"claim_id": cand_t[i], "neighbor_id": cand_a[i], "distance": d[enters]})
@@ -540,67 +363,6 @@ def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> ResultRows:
     return ResultRows(ids.astype(np.int64), res, nid.astype(np.int64), dist.astype(float))
 
 
-#: header and trailer of a binary COPY stream (no flags, no header extension)
-COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-COPY_TRAILER = b"\xff\xff"
-#: type oids of the array elements (``array_recv`` checks them): int8, float8
-INT8_OID, FLOAT8_OID = 20, 701
-
-
-def _array_dtype(element: str, k: int) -> np.dtype:
-    """A one-dimensional array without NULLs of k fixed-size elements, in binary COPY layout."""
-    return np.dtype([("len", ">i4"), ("ndim", ">i4"), ("flags", ">i4"), ("oid", ">u4"), ("dim", ">i4"),
-                     ("lbound", ">i4"), ("items", [("len", ">i4"), ("v", element)], (k,))])
-
-
-def _fill_array(field: np.ndarray, oid: int, values: np.ndarray) -> None:
-    """Write (n, k) ``values`` into a column of :func:`_array_dtype` records."""
-    k = values.shape[1]
-    field["len"] = field.dtype.itemsize - 4
-    field["ndim"], field["flags"], field["oid"], field["dim"], field["lbound"] = 1, 0, oid, k, 1
-    field["items"]["len"] = values.dtype.itemsize
-    field["items"]["v"] = values
-
-
-def _copy_rows(conn: Connection, run_id: int, rows: ResultRows) -> None:
-    """Bulk-insert result rows with one binary COPY built by numpy.
-
-    Every row has the same size (k neighbours, no NULLs), so the whole stream is one structured
-    array: no Python object or text formatting per row, and floats travel bit for bit.
-    """
-    n, k = rows.neighbor_ids.shape
-    floats = ("score", "theta", "ci_low", "ci_high")
-    dt = np.dtype([("nf", ">i2"), ("l_run", ">i4"), ("run", ">i8"), ("l_id", ">i4"), ("id", ">i8")]
-                  + [x for c in floats for x in ((f"l_{c}", ">i4"), (c, ">f8"))]
-                  + [("l_decision", ">i4"), ("decision", "u1"), ("l_knn_mean", ">i4"), ("knn_mean", ">f8"),
-                     ("nids", _array_dtype(">i8", k)), ("nds", _array_dtype(">f8", k))])
-    rec = np.zeros(n, dt)
-    rec["nf"] = len(COLUMNS)
-    rec["l_run"], rec["run"], rec["l_id"], rec["id"] = 8, run_id, 8, rows.claim_ids
-    res = rows.result
-    for c in floats + ("knn_mean",):
-        rec[f"l_{c}"], rec[c] = 8, getattr(res, c)
-    rec["l_decision"], rec["decision"] = 1, np.asarray(res.decision).astype(bool)
-    _fill_array(rec["nids"], INT8_OID, rows.neighbor_ids.astype(np.int64))
-    _fill_array(rec["nds"], FLOAT8_OID, rows.neighbor_distances.astype(np.float64))
-    raw = conn.connection.driver_connection
-    sql = f"COPY calibrated_results ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-    with raw.cursor() as cur, cur.copy(sql) as cp:
-        cp.write(COPY_SIGNATURE + rec.tobytes() + COPY_TRAILER)
-
-
-def _bigint_array(ids: Any) -> str:
-    """A ``bigint[]`` literal: psycopg adapts a list element by element (~1 µs each), while one
-    string of 100k ids is built and parsed in milliseconds."""
-    return "{" + ",".join(map(str, np.asarray(ids, dtype=np.int64).tolist())) + "}"
-
-
-def _copy_kept(conn: Connection, run_id: int, parent_run_id: int, claim_ids: Sequence[int] | NDArray[np.int64]
-               ) -> None:
-    """Copy these claims' rows from the parent into the new run (:data:`COPY_KEPT_SQL`)."""
-    conn.execute(COPY_KEPT_SQL, {"new": run_id, "keep": _bigint_array(claim_ids), "p": parent_run_id})
-
-
 class KeptRowsCopier:
     """Copies unaffected rows from the parent into the new run, on the store's connection, in a
     worker thread, while the plan goes on reading the parent on its own connection.
@@ -619,8 +381,8 @@ class KeptRowsCopier:
     def __call__(self, claim_ids: Sequence[int] | NDArray[np.int64]) -> None:
         """Queue the copy of these claims' parent rows."""
         if len(claim_ids):
-            self._jobs.append(self._worker.submit(_copy_kept, self.conn, self.run_id, self.parent_run_id,
-                                                  claim_ids))
+            self._jobs.append(self._worker.submit(recal_store.copy_kept, self.conn, self.run_id,
+                                                  self.parent_run_id, claim_ids))
 
     def wait(self) -> None:
         """Wait for every queued copy; raise the first failure."""
@@ -632,27 +394,19 @@ class KeptRowsCopier:
         self._worker.shutdown(wait=True, cancel_futures=True)
 
 
-#: does a calibrated claim of the run have no label (then no metrics: they need every gold label)
-UNLABELLED_SQL = text(
-    """SELECT EXISTS (SELECT 1 FROM calibrated_results r WHERE r.run_id = :r
-                      AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.claim_id = r.claim_id))"""
-)
-
-
-def _store(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: ResultRows,
-           copier: KeptRowsCopier | None = None) -> None:
+def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: ResultRows,
+                      copier: KeptRowsCopier | None = None) -> None:
     """Finish the run's rows (the copies ``copier`` was given while planning, the rest of the
     unaffected rows from the parent in SQL, the recomputed ones by COPY), its metrics and status."""
     if copier is not None:
         copier.wait()
     if p.keep:
-        _copy_kept(conn, run_id, p.parent_run_id, p.keep)
-    _copy_rows(conn, run_id, rows)
+        recal_store.copy_kept(conn, run_id, p.parent_run_id, p.keep)
+    recal_store.copy_results(conn, run_id, rows.claim_ids, rows.result, rows.neighbor_ids,
+                             rows.neighbor_distances)
     n_cal = p.n_copied + len(rows)
-    if n_cal and not conn.execute(UNLABELLED_SQL, {"r": run_id}).scalar_one():
-        res = conn.execute(
-            text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean FROM calibrated_results
-                    WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
+    if n_cal and not has_unlabelled_results(conn, run_id):
+        res = result_values(conn, run_id)
         gold = current_labels(conn, [r.claim_id for r in res])
         arr = {c: np.array([getattr(r, c) for r in res], dtype=float)
                for c in ("score", "theta", "ci_low", "ci_high", "knn_mean")}
@@ -665,30 +419,7 @@ def _store(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: ResultRo
     counts = {"n_claims": len(spec.claim_ids), "n_calibrated": n_cal,
               "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": len(rows),
               "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
-    conn.execute(
-        text("""UPDATE calibration_runs SET status = 'complete', finished_at = now(),
-                params = params || CAST(:p AS jsonb) WHERE id = :i"""),
-        {"i": run_id, "p": json.dumps(counts)},
-    )
-
-
-def _start(conn: Connection, spec: RunSpec, key: str, fingerprint: str, ctx: RunContext,
-           parent_run_id: int) -> int:
-    return conn.execute(
-        text(
-            """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
-               model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
-               interval_method, params, status, flow_run_id, code_rev, data_version_id, parent_run_id,
-               mode)
-               VALUES (:key, :t, :ls, :fp, :m, :pv, :ph, :sk, :em, :k, :a, :th, :im, CAST(:p AS jsonb),
-               'running', :fr, :cr, :dv, :parent, 'incremental') RETURNING id"""
-        ),
-        _key_params(spec) | {
-            "key": key, "t": spec.target, "ls": spec.label_set_id, "fp": fingerprint, "k": spec.k,
-            "a": spec.alpha, "th": spec.threshold, "im": spec.interval_method,
-            "p": json.dumps(ctx.extra | {"n_claims": len(spec.claim_ids)}), "fr": ctx.flow_run_id,
-            "cr": ctx.code_rev, "dv": ctx.data_version_id, "parent": parent_run_id},
-    ).scalar_one()
+    complete_run(conn, run_id, counts)
 
 
 def fast_run_key(spec: RunSpec, fingerprint: str) -> str:
@@ -714,8 +445,7 @@ def recalibrate(
     if validation_run_id is not None:
         ctx = replace(ctx, extra=ctx.extra | {"validation_run_id": validation_run_id})
     with engine.connect() as lock:
-        fingerprint = lock.execute(text("SELECT fingerprint FROM label_sets WHERE id = :i"),
-                                   {"i": spec.label_set_id}).scalar_one()
+        fingerprint = label_set_fingerprint(lock, spec.label_set_id)
         key = fast_run_key(spec, fingerprint)
         existing = find_complete_run(lock, key)
         parent = None
@@ -728,8 +458,7 @@ def recalibrate(
         run_id = run_calibration(engine, spec, ctx)
         return RecalOutcome(run_id, "full", n_recomputed=len(spec.claim_ids))
     with engine.connect() as lock:
-        lock.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": key})
-        lock.commit()
+        lock_run_key(lock, key)
         held = True
         try:
             existing = find_complete_run(lock, key)
@@ -740,12 +469,12 @@ def recalibrate(
                 changes = pool_changes(conn, spec, parent)
                 conn.commit()
             if changes.favours_full_run:
-                lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
-                lock.commit()
+                unlock_run_key(lock, key)
                 held = False  # the full run takes the same lock on its own connection
                 return recalibrate(engine, spec, ctx, force_full=True)
+            params = ctx.extra | {"n_claims": len(spec.claim_ids)}
             with engine.begin() as conn:
-                run_id = _start(conn, spec, key, fingerprint, ctx, parent)
+                run_id = start_run(conn, spec, key, fingerprint, params, ctx, parent_run_id=parent)
             try:
                 # the plan reads on one connection while a second fetches exact distances and the
                 # store's transaction copies the unaffected rows it reports on a third
@@ -754,60 +483,30 @@ def recalibrate(
                     try:
                         p = plan(reader, spec, parent, changes, on_kept=copier, check_conn=checker)
                         rows = compute_incremental(reader, spec, p)
-                        _store(conn, spec, run_id, p, rows, copier)
+                        store_incremental(conn, spec, run_id, p, rows, copier)
                     finally:
                         copier.close()
             except BaseException:
                 with engine.begin() as conn:
-                    conn.execute(text("UPDATE calibration_runs SET status = 'failed', finished_at = now() "
-                                      "WHERE id = :i"), {"i": run_id})
+                    fail_run(conn, run_id)
                 raise
             return RecalOutcome(run_id, "incremental", parent, len(rows), p.n_copied, p.recomputed,
                                 p.changes)
         finally:
             if held:
-                lock.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
-                lock.commit()
+                unlock_run_key(lock, key)
 
 
 # --------------------------------------------------------------------------- what is in force
 
 
-def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
-    """The newest complete run of every calibration (target x score key x k x ...) of a lineage's targets.
-
-    Only the newest prompt version per model and score kind counts: a guideline change supersedes
-    the calibrations made under the older prompt.
-    """
-    return list(conn.execute(
-        text(
-            """WITH r AS (
-                 SELECT r.*, row_number() OVER (
-                   PARTITION BY r.target, r.model_id, r.params_hash, r.score_kind, r.embed_model, r.k,
-                                r.alpha, r.threshold, r.interval_method,
-                                coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
-                   rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind
-                                ORDER BY pv.created_at DESC) AS prompt_rank
-                 FROM calibration_runs r JOIN calibration_targets t ON t.name = r.target
-                 JOIN label_sets ls ON ls.id = r.label_set_id AND ls.name = t.label_set_name
-                 JOIN prompt_versions pv ON pv.id = r.prompt_version
-                 WHERE t.label_set_name = :n AND r.status = 'complete')
-               SELECT * FROM r WHERE n = 1 AND prompt_rank = 1 ORDER BY id"""
-        ),
-        {"n": label_set_name},
-    ).mappings())
-
-
 def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunSpec:
     """The same calibration as ``run`` on another label set and the target's current claims."""
-    extra = {}
-    if "correction" in {f.name for f in fields(RunSpec)}:
-        extra["correction"] = (run["params"] or {}).get("correction", "paper")
     return RunSpec(
         target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
         key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
         k=run["k"], alpha=run["alpha"], threshold=run["threshold"], interval_method=run["interval_method"],
-        embed_model=run["embed_model"], **extra,
+        embed_model=run["embed_model"], correction=(run["params"] or {}).get("correction", "paper"),
     )
 
 
@@ -816,37 +515,12 @@ def recalibrate_lineage(
     validation_run_id: int | None = None,
 ) -> list[RecalOutcome]:
     """Recalibrate every calibration in force for a lineage's targets on its (new) label set."""
-    from checkworthy.runs.label_updates import target_claim_ids
-
     with engine.connect() as conn:
         runs = runs_in_force(conn, label_set_name)
         targets = target_claim_ids(conn, label_set_name)
     return [recalibrate(engine, spec_from_run(r, label_set_id, targets[r["target"]]), ctx,
                         parent_run_id=r["id"], validation_run_id=validation_run_id)
             for r in runs if r["target"] in targets]
-
-
-def targets_needing_work(conn: Connection, label_set_names: Sequence[str] | None = None) -> list[str]:
-    """Targets with no complete run yet, or with more claims than their newest complete run covered.
-
-    Cheap enough to run on every schedule tick, so that loading a model is skipped when nothing
-    has arrived.
-    """
-    return list(conn.execute(
-        text(
-            """SELECT DISTINCT t.name FROM calibration_targets t
-               LEFT JOIN LATERAL (SELECT (r.params->>'n_claims')::int AS n FROM calibration_runs r
-                                  JOIN label_sets ls ON ls.id = r.label_set_id
-                                  WHERE r.target = t.name AND ls.name = t.label_set_name
-                                    AND r.status = 'complete'
-                                  ORDER BY r.id DESC LIMIT 1) last ON true
-               WHERE (last.n IS NULL
-                      OR last.n < (SELECT count(*) FROM target_claims tc WHERE tc.target = t.name))
-                 AND (CAST(:names AS text[]) IS NULL OR t.label_set_name = ANY(CAST(:names AS text[])))
-               ORDER BY t.name"""
-        ),
-        {"names": list(label_set_names) if label_set_names is not None else None},
-    ).scalars())
 
 
 def unscored_in_force(conn: Connection, label_set_name: str, label_set_id: int) -> dict[str, list[int]]:
@@ -856,18 +530,9 @@ def unscored_in_force(conn: Connection, label_set_name: str, label_set_id: int) 
     """
     out: dict[str, list[int]] = {}
     for run in runs_in_force(conn, label_set_name):
-        ids = conn.execute(
-            text(
-                """SELECT i.claim_id FROM label_set_items i JOIN claims c ON c.id = i.claim_id
-                   WHERE i.label_set_id = :ls AND NOT EXISTS (
-                     SELECT 1 FROM predictions p WHERE p.text_hash = c.text_hash AND p.model_id = :m
-                       AND p.prompt_version = :pv AND p.params_hash = :ph AND p.score_kind = :sk)"""
-            ),
-            {"ls": label_set_id, "m": run["model_id"], "pv": run["prompt_version"], "ph": run["params_hash"],
-             "sk": run["score_kind"]},
-        ).scalars().all()
+        key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
+        ids = label_set_claims_without_score(conn, label_set_id, key)
         if ids:
-            spec = conn.execute(text("SELECT spec FROM models WHERE id = :m"),
-                                {"m": run["model_id"]}).scalar_one()
+            spec = model_spec(conn, run["model_id"])
             out[spec] = sorted(set(out.get(spec, [])) | set(ids))
     return out

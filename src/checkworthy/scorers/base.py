@@ -2,7 +2,8 @@
 
 A scorer maps claim texts to check-worthiness scores in [0, 1]. It never invents a
 score: an output that cannot be parsed, is not a number or lies outside [0, 1] is
-returned with ``score=None`` and a ``status`` saying why, the raw text kept.
+returned with ``score=None`` and a ``status`` saying why, the raw text kept. The
+helpers every scorer shares to get there (:func:`check_score`, :func:`clean_raw`) live here too.
 """
 
 from __future__ import annotations
@@ -54,3 +55,8 @@ def check_score(number: float) -> tuple[float | None, str]:
     if not 0.0 <= number <= 1.0:
         return None, OUT_OF_RANGE
     return number, OK
+
+
+def clean_raw(text: str) -> str:
+    """Raw output as storable text (Postgres text cannot hold NUL)."""
+    return text.replace("\x00", "\ufffd")

@@ -66,6 +66,7 @@ from checkworthy.scorers.prompt import (  # noqa: E402
     parse_score,
     prompt_version,
 )
+from checkworthy.scorers.sampling_presets import PAPER_SAMPLING, Sampling  # noqa: E402
 
 SPEC = "embedded:gemma3-270m"
 #: bump when the token_prob formula changes
@@ -73,22 +74,8 @@ TOKEN_PROB_FORMULA = "ev1-midpoint"
 
 Progress = Callable[[int, int], None]
 _DECIMALS = re.compile(r"\s*[+-]?\d+\.(\d+)")
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Decoding parameters; ``temperature == 0`` means greedy."""
-
-    temperature: float
-    top_k: int
-    top_p: float
-
-
 #: the paper's Ollama settings for Gemma 3 270M (the default: reproduce the paper)
-PAPER = Sampling(temperature=0.8, top_k=64, top_p=0.95)
-#: the paper's low-temperature ablation
-ABLATION_T01 = Sampling(temperature=0.1, top_k=64, top_p=0.95)
-GREEDY = Sampling(temperature=0.0, top_k=0, top_p=1.0)
+PAPER = PAPER_SAMPLING["270m"]
 
 
 def cache_dir() -> Path:

@@ -2,17 +2,18 @@
 
 Why it is shaped like this:
 
-* Same prompt as every other LLM scorer (``ollama_backend.chat_prompt`` = ``prompt.build_prompt``
+* Same prompt as every other LLM scorer (``prompt.chat_prompt`` = ``prompt.build_prompt``
   without the pre-fill), one user message, the answer asked as the JSON object
   ``{"confidence_score", "justification"}`` via ``response_format`` (``json_schema`` by default,
   ``json_object`` or ``none`` for servers without structured outputs) and parsed by
-  ``ollama_backend.parse_answer``: a score is never invented.
+  ``prompt.parse_answer``: a score is never invented.
 * API models run at provider defaults (the paper): temperature and top_p are only sent when set
   (``temperature=0.1`` is the ablation); ``params()`` records ``None`` for "provider default".
 * Retries are ours, not the SDK's (``max_retries=0``): 429 and 5xx honour ``Retry-After`` /
   ``retry-after-ms`` and hold back every worker (a shared gate), timeouts and lost connections back
-  off exponentially; a spent quota (``insufficient_quota``) fails at once. After the last attempt a
-  :class:`BackendError` aborts the chunk, so nothing is stored and a rerun resumes.
+  off exponentially (``http_retry``); a spent quota (``insufficient_quota``) fails at once. After
+  the last attempt a :class:`~checkworthy.scorers.http_retry.BackendError` aborts the chunk, so
+  nothing is stored and a rerun resumes.
 * A request refused for the claim itself (content filter, model refusal) is a stored ``error``
   with the service's message as raw output: it is a property of that claim, not an outage.
 * Token usage of every call (prompt, completion, cached, reasoning tokens, attempts) goes into
@@ -38,22 +39,26 @@ from typing import Any
 
 import openai
 
-from checkworthy.scorers.base import ERROR, Score
-from checkworthy.scorers.ollama_backend import (
-    ANSWER_SCHEMA,
-    SCORE_KIND,
+from checkworthy.scorers.base import ERROR, Score, clean_raw
+from checkworthy.scorers.http_retry import (
     BackendConfigError,
     Gate,
+    Incomplete,
     Retry,
     RetryPolicy,
     call_with_retries,
-    chat_prompt,
-    clean_raw,
-    parse_answer,
     parse_retry_after,
     run_bounded,
 )
-from checkworthy.scorers.prompt import DEFAULT_GUIDELINES, load_guidelines, prompt_version
+from checkworthy.scorers.prompt import (
+    ANSWER_SCHEMA,
+    DEFAULT_GUIDELINES,
+    VERBALISED,
+    chat_prompt,
+    load_guidelines,
+    parse_answer,
+    prompt_version,
+)
 
 #: Azure API version used when none is configured (GA, supports json_schema structured outputs)
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
@@ -63,7 +68,7 @@ RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 class OpenAIScorer:
     """Verbalised check-worthiness scores from an OpenAI-compatible chat model (``openai:<deployment>``)."""
 
-    score_kinds = (SCORE_KIND,)
+    score_kinds = (VERBALISED,)
 
     def __init__(
         self,
@@ -172,7 +177,7 @@ class OpenAIScorer:
 
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
         """Score texts with at most ``concurrency`` requests in flight; output order = input order."""
-        return [{SCORE_KIND: s} for s in run_bounded(self.score_one, list(texts), self.concurrency)]
+        return [{VERBALISED: s} for s in run_bounded(self.score_one, list(texts), self.concurrency)]
 
     def score_one(self, claim: str) -> Score:
         """One completion, retried while the service fails; the answer parsed, never invented."""
@@ -227,7 +232,7 @@ class OpenAIScorer:
                 if choice.finish_reason:
                     meta["finish_reason"] = choice.finish_reason
         if meta["finish_reason"] is None:
-            raise _Incomplete("stream ended without a finish_reason")
+            raise Incomplete("stream ended without a finish_reason")
         meta["refusal"] = "".join(refusal) or None
         return "".join(pieces), meta
 
@@ -245,10 +250,6 @@ def _usage(usage: Any) -> dict[str, Any]:
     if details is not None and getattr(details, "reasoning_tokens", None) is not None:
         out["reasoning_tokens"] = details.reasoning_tokens
     return out
-
-
-class _Incomplete(Exception):
-    """A streamed completion that ended before its finish reason."""
 
 
 def _error_body(exc: openai.APIStatusError) -> dict[str, Any]:
@@ -274,7 +275,7 @@ def _classify(exc: BaseException) -> Retry | None:
         return Retry("timeout")
     if isinstance(exc, openai.APIConnectionError):
         return Retry(f"connection failed ({exc.__cause__ or exc})")
-    if isinstance(exc, _Incomplete):
+    if isinstance(exc, Incomplete):
         return Retry(str(exc))
     if isinstance(exc, openai.APIError) and not isinstance(exc, openai.APIStatusError):
         return Retry(f"error event in the response ({exc.message})")

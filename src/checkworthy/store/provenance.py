@@ -1,4 +1,4 @@
-"""Provenance and change events: who wrote a row, which data a run used, what changed.
+"""Provenance and change records: who wrote a row, which data a run used, what changed.
 
 Flow-run stamping: :func:`stamped` returns the engine with a Prefect flow-run id attached;
 every transaction begun on it first sets ``checkworthy.flow_run_id`` (transaction-local), and
@@ -6,9 +6,8 @@ the migration-0003 trigger copies it into the ``flow_run_id`` column of each row
 So the existing store functions record the flow run without a new parameter, and a pooled
 connection never carries the id into someone else's transaction.
 
-Change events: a label update or a guideline edit is recorded once in ``change_events`` and
-emitted as a Prefect event (``checkworthy.labels.updated`` / ``checkworthy.guidelines.updated``)
-that deployment triggers turn into validation, rescoring and recalibration (see prefect.yaml).
+Changes: a label update or a guideline edit is recorded once in ``change_events``, with the id
+of the Prefect event that announces it (emitted by :mod:`checkworthy.flows.events`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
 
-LABELS_UPDATED = "checkworthy.labels.updated"
-GUIDELINES_UPDATED = "checkworthy.guidelines.updated"
 _OPTION = "checkworthy_flow_run_id"
 _listening: set[int] = set()
 
@@ -44,16 +41,6 @@ def stamped(engine: Engine, flow_run_id: str | None) -> Engine:
         event.listen(base, "begin", _on_begin)
         _listening.add(id(base))
     return engine.execution_options(**{_OPTION: str(flow_run_id)})
-
-
-def current_flow_run_id() -> str | None:
-    """The id of the Prefect flow run we are in, if any (None outside Prefect)."""
-    try:
-        from prefect.runtime import flow_run
-    except ImportError:  # pragma: no cover - prefect is a dependency
-        return None
-    value = flow_run.get_id()
-    return str(value) if value else None
 
 
 def record_flow_run(
@@ -118,16 +105,11 @@ def record_change(
     return Change(got.id, kind, key, got.prefect_event_id, dict(got.payload), row is not None)
 
 
-def emit(change: Change) -> str | None:
-    """Emit the Prefect event of a stored change; None when Prefect is not emitting events."""
-    from prefect.events import emit_event
 
-    name = LABELS_UPDATED if change.kind == "labels" else GUIDELINES_UPDATED
-    ev = emit_event(
-        event=name,
-        resource={"prefect.resource.id": f"checkworthy.{change.kind}.{change.key}",
-                  "checkworthy.change-id": str(change.id)},
-        payload=change.payload | {"change_id": change.id},
-        id=uuid.UUID(change.event_id),
-    )
-    return None if ev is None else str(ev.id)
+def change_history(conn: Connection, kind: str, key: str) -> tuple[int, bool]:
+    """How many changes of ``kind`` are stored, and whether the change ``key`` is one of them."""
+    seen, known = conn.execute(
+        text("""SELECT count(*), coalesce(bool_or(key = :key), false) FROM change_events
+                WHERE kind = :k"""),
+        {"k": kind, "key": key}).one()
+    return int(seen), bool(known)

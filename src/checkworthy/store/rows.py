@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike
 from sqlalchemy import Connection, text
 
 from checkworthy.errors import DataError
@@ -22,6 +24,12 @@ from checkworthy.scorers.base import Score
 def sha256_text(value: str) -> str:
     """The key of a text in ``texts``: sha256 of its UTF-8 bytes."""
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def bigint_array(ids: ArrayLike) -> str:
+    """A ``bigint[]`` literal (bind it and ``CAST(... AS bigint[])``): psycopg adapts a list element
+    by element (~1 µs each), while one string of 100k ids is built and parsed in milliseconds."""
+    return "{" + ",".join(map(str, np.asarray(ids, dtype=np.int64).tolist())) + "}"
 
 
 def params_hash(params: Mapping[str, Any]) -> str:
@@ -174,6 +182,13 @@ def label_set_claims(conn: Connection, label_set_id: int) -> list[int]:
     )
 
 
+def label_set_fingerprint(conn: Connection, label_set_id: int) -> str:
+    """The fingerprint of a label set (what identifies its labels, whatever its row id)."""
+    return conn.execute(
+        text("SELECT fingerprint FROM label_sets WHERE id = :i"), {"i": label_set_id}
+    ).scalar_one()
+
+
 def ensure_model(conn: Connection, spec: str, kind: str, details: Mapping[str, Any] | None = None) -> int:
     """The id of a model spec, creating its row on first use."""
     conn.execute(
@@ -184,6 +199,11 @@ def ensure_model(conn: Connection, spec: str, kind: str, details: Mapping[str, A
         {"s": spec, "k": kind, "d": json.dumps(details or {})},
     )
     return conn.execute(text("SELECT id FROM models WHERE spec = :s"), {"s": spec}).scalar_one()
+
+
+def model_spec(conn: Connection, model_id: int) -> str:
+    """The spec of a stored model."""
+    return conn.execute(text("SELECT spec FROM models WHERE id = :m"), {"m": model_id}).scalar_one()
 
 
 def ensure_prompt_version(conn: Connection, version: str, guidelines: str, template: str) -> str:
@@ -265,6 +285,21 @@ def claim_scores(
     return {r.id: r.score for r in rows}
 
 
+def claim_source_ids(conn: Connection, claim_ids: Sequence[int]) -> dict[int, str]:
+    """The source id of each claim."""
+    rows = conn.execute(
+        text("SELECT id, source_id FROM claims WHERE id = ANY(:c)"), {"c": list(map(int, claim_ids))}
+    ).all()
+    return {r.id: r.source_id for r in rows}
+
+
+def max_claims_per_text(conn: Connection, claim_ids: Sequence[int]) -> int:
+    """The most claims among ``claim_ids`` that share one text (1 when there are none)."""
+    return int(conn.execute(text(
+        "SELECT coalesce(max(n), 1) FROM (SELECT count(*) AS n FROM claims WHERE id = ANY(:c) "
+        "GROUP BY text_hash) d"), {"c": list(map(int, claim_ids))}).scalar_one())
+
+
 def claim_text_hashes(conn: Connection, claim_ids: Sequence[int]) -> list[str]:
     """Text hashes of claims (input order not kept; for embedding/scoring work lists)."""
     return list(
@@ -284,3 +319,42 @@ class ScoreKey:
     prompt_version: str
     params_hash: str
     score_kind: str
+
+
+def label_set_claims_without_score(conn: Connection, label_set_id: int, key: ScoreKey) -> list[int]:
+    """The claims of a label set with no stored prediction under ``key`` (a parse failure counts as
+    stored)."""
+    return list(conn.execute(
+        text(
+            """SELECT i.claim_id FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+               WHERE i.label_set_id = :ls AND NOT EXISTS (
+                 SELECT 1 FROM predictions p WHERE p.text_hash = c.text_hash AND p.model_id = :m
+                   AND p.prompt_version = :pv AND p.params_hash = :ph AND p.score_kind = :sk)"""
+        ),
+        {"ls": label_set_id, "m": key.model_id, "pv": key.prompt_version, "ph": key.params_hash,
+         "sk": key.score_kind},
+    ).scalars().all())
+
+
+def store_texts(conn: Connection, texts: Sequence[str]) -> list[str]:
+    """Store each distinct text once (like claims, without a dataset); return their hashes."""
+    hashes = [sha256_text(t) for t in texts]
+    unique = dict(zip(hashes, texts))
+    conn.execute(text("INSERT INTO texts (text_hash, text) VALUES (:h, :t) ON CONFLICT DO NOTHING"),
+                 [{"h": h, "t": t} for h, t in unique.items()])
+    return hashes
+
+
+def stored_predictions(conn: Connection, keys: Mapping[str, ScoreKey], hashes: Sequence[str]
+                       ) -> dict[tuple[str, str], Any]:
+    """Stored predictions ``(text_hash, kind) -> row`` under the given keys (one per score kind)."""
+    out: dict[tuple[str, str], Any] = {}
+    for kind, key in keys.items():
+        rows = conn.execute(
+            text("""SELECT text_hash, score, parse_status, raw_output, usage FROM predictions
+                    WHERE model_id = :m AND prompt_version = :pv AND params_hash = :ph
+                      AND score_kind = :k AND text_hash = ANY(:h)"""),
+            {"m": key.model_id, "pv": key.prompt_version, "ph": key.params_hash, "k": kind,
+             "h": sorted(set(hashes))}).all()
+        out.update({(r.text_hash.strip(), kind): r for r in rows})
+    return out

@@ -1,0 +1,75 @@
+"""The data team's files: label updates (``id,dataset,label[,source][,text]``) and newly arrived
+claims (``id,dataset,text``), read into rows or rejected naming the file, line and field.
+
+Label values are not judged here: the validation suite (:mod:`checkworthy.data.validation`)
+reports every bad value at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from checkworthy.data.user_csv import read_rows, require_filled
+from checkworthy.errors import DataError
+
+REQUIRED = ("id", "dataset", "label")
+OPTIONAL = ("source", "text")
+CLAIM_COLUMNS = ("id", "dataset", "text")
+
+
+@dataclass(frozen=True)
+class LabelRow:
+    """One row of a label file; ``label`` stays a string when it is not 0 or 1 (validation says so)."""
+
+    line: int
+    id: str
+    dataset: str
+    label: int | str
+    source: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class IncomingClaim:
+    """One row of a file of newly arrived claims."""
+
+    line: int
+    id: str
+    dataset: str
+    text: str
+
+
+def read_label_csv(path: Path) -> list[LabelRow]:
+    """Read a label file; structural problems raise :class:`DataError` (file, line, field)."""
+    name = str(path)
+    _, records = read_rows(Path(path), REQUIRED, OPTIONAL)  # the one parser of user CSVs
+    rows = []
+    for line, rec in records:
+        require_filled(name, line, rec, ("id", "dataset"))
+        value = rec["label"].strip()
+        rows.append(LabelRow(
+            line, rec["id"].strip(), rec["dataset"].strip(),
+            int(value) if value in ("0", "1") else value,
+            (rec.get("source") or "").strip() or None,
+            rec.get("text") if rec.get("text") else None,
+        ))
+    if not rows:
+        raise DataError(name, 2, None, "no data rows")
+    return rows
+
+
+def read_claims_csv(path: Path) -> list[IncomingClaim]:
+    """Read a file of new claims (every column filled; ids and datasets stripped, texts kept)."""
+    name = str(path)
+    _, records = read_rows(Path(path), CLAIM_COLUMNS, None)
+    rows = []
+    for line, rec in records:
+        require_filled(name, line, rec, CLAIM_COLUMNS)
+        rows.append(IncomingClaim(line, rec["id"].strip(), rec["dataset"].strip(), rec["text"]))
+    return rows
+
+
+def label_files_in(repo: Path) -> list[Path]:
+    """The CSV files under ``<repo>/data/labels/``, oldest first."""
+    return sorted((repo / "data" / "labels").glob("*.csv"), key=lambda p: (p.stat().st_mtime, p.name))

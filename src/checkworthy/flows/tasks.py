@@ -1,0 +1,305 @@
+"""The tasks of checkworthy's flows: each wraps one step of the package, is idempotent (the store
+reuses what it holds), retries transient faults (:mod:`checkworthy.flows.retries`) and writes
+through an engine stamped with its flow run's id, so each row records the flow run that wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from sqlalchemy import Engine
+
+from checkworthy.config import REPORTS_DIR, ROOT
+from checkworthy.data import validation, versioning
+from checkworthy.flows import events
+from checkworthy.flows.retries import DB, DVC, MODEL
+from checkworthy.report.comparison import ensure_comparison
+from checkworthy.report.evaluation import AnalysisOptions
+from checkworthy.report.files import save_report
+from checkworthy.runs import label_updates as labels
+from checkworthy.runs import recalibration
+from checkworthy.runs.calibration_run import RunContext, RunSpec
+from checkworthy.runs.label_gate import validate_label_set
+from checkworthy.runs.main_job import embed_claims, prepare_dataset, score_claims
+from checkworthy.scorers.registry import configured_scorer, model_options, prompt_info
+from checkworthy.store import lineages as lineage_store
+from checkworthy.store import provenance
+from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import targets_needing_work
+from checkworthy.store.data_versions import record_data_version
+from checkworthy.store.engine import get_engine
+from checkworthy.store.metrics import metrics_summary
+
+
+def engine_for(db_url: str | None) -> Engine:
+    """The store (``DATABASE_URL`` or embedded Postgres), stamping rows with this flow run's id."""
+    return provenance.stamped(get_engine(db_url), events.current_flow_run_id())
+
+
+def run_context(dv: int | None) -> RunContext:
+    """What a calibration run records about where it ran: flow run, code revision, data version."""
+    return RunContext(flow_run_id=events.current_flow_run_id(), code_rev=versioning.git_rev(),
+                      data_version_id=dv)
+
+
+def say(message: str, stdout: bool = False) -> None:
+    """Log a progress line; with ``stdout`` (the CLI) also print it where the user looks."""
+    get_run_logger().info(message)
+    if stdout:
+        sys.stdout.write(message + "\n")
+        sys.stdout.flush()
+
+
+def _key_dict(key: store.ScoreKey) -> dict[str, Any]:
+    return {"model_id": key.model_id, "prompt_version": key.prompt_version, "params_hash": key.params_hash,
+            "score_kind": key.score_kind}
+
+
+@task(name="version-data", **DVC)
+def version_data_task(repo: str, commit: bool, db_url: str | None, flow_name: str,
+                      parameters: dict[str, Any] | None = None) -> int:
+    """Record the data version (DVC hash + git revision) this flow run uses; snapshot it first if asked."""
+    path = Path(repo)
+    if path.resolve() == ROOT.resolve():
+        versioning.ensure_data()
+    if commit:
+        versioning.version_data(path, push=True, remote=os.environ.get("CHECKWORTHY_DVC_REMOTE"))
+    engine = engine_for(db_url)
+    with engine.begin() as conn:
+        dv = record_data_version(conn, versioning.data_version(path))
+        fr = events.current_flow_run_id()
+        if fr:
+            provenance.record_flow_run(conn, fr, flow_name, parameters, code_rev=versioning.git_rev())
+            provenance.attach_data_version(conn, fr, dv, "produced" if commit else "used")
+    return dv
+
+
+@task(name="prepare-dataset", **DB)
+def prepare_task(name: str, seed: int, n_per_class: int | None, dv: int, db_url: str | None,
+                 limit: int | None = None, echo: bool = False) -> dict[str, Any]:
+    """Load, split, store a dataset; register its test split as a target; return its lineage head."""
+    engine = engine_for(db_url)
+    ds = prepare_dataset(engine, name, seed, n_per_class, dv, limit)
+    with engine.begin() as conn:
+        lineage = lineage_store.label_set_name(conn, ds.label_set_id)
+        target = f"{name}:test"
+        lineage_store.register_target(conn, target, lineage, ds.test_ids)
+        head = lineage_store.ensure_head(conn, ds.label_set_id, dv)
+        cal = store.label_set_claims(conn, head)
+    for report in ds.reports:
+        say(report.summary(), echo)
+    return {"name": name, "lineage": lineage, "label_set_id": head, "prepared_label_set_id": ds.label_set_id,
+            "target": target, "calibration_ids": cal, "test_ids": ds.test_ids}
+
+
+@task(name="validate-labels", **DB)
+def validate_task(label_set_id: int, bounds: dict[str, Any], dv: int | None, db_url: str | None) -> dict:
+    """Run the label-validation suite on a label set; the verdict (and failing rows) is stored."""
+    verdict = validate_label_set(engine_for(db_url), label_set_id, validation.Bounds(**bounds), dv)
+    if not verdict.success:
+        get_run_logger().warning(
+            f"label set {label_set_id} failed validation ({', '.join(verdict.failures)}): its calibration "
+            "is skipped, the previous one stays in force")
+    return {"label_set_id": label_set_id, "validation_run_id": verdict.validation_run_id,
+            "success": verdict.success, "failures": verdict.failures}
+
+
+@task(name="embed", **MODEL)
+def embed_task(claim_ids: list[int], db_url: str | None) -> int:
+    """Embed every claim text that has no vector yet."""
+    return embed_claims(engine_for(db_url), claim_ids)
+
+
+@task(name="score", **MODEL)
+def score_task(spec: str, claim_ids: list[int], params: dict[str, Any], db_url: str | None,
+               guidelines: str | None = None, echo: bool = False) -> list[dict[str, Any]]:
+    """Score the claims lacking a score under this model (a ``models:`` spec of params) and prompt;
+    return the score keys."""
+    scorer, prompt = configured_scorer(params, spec, guidelines=guidelines)
+    keys = score_claims(engine_for(db_url), scorer, claim_ids, prompt,
+                        chunk_size=model_options(params, spec).get("chunk_size", 96),
+                        echo=lambda m: say(m, echo),
+                        flow_run_id=events.current_flow_run_id())
+    return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
+
+
+@task(name="calibrate", **DB)
+def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
+                   alpha: float, threshold: float, interval: str, dv: int | None,
+                   validation_run_id: int | None, db_url: str | None,
+                   correction: str = "paper") -> dict[str, Any]:
+    """One calibration, brought up to date: reused, incremental from the previous run, or full."""
+    spec = RunSpec(target=target, claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
+                   key=store.ScoreKey(key["model_id"], key["prompt_version"], key["params_hash"],
+                                      key["score_kind"]),
+                   k=k, alpha=alpha, threshold=threshold, interval_method=interval, correction=correction)
+    out = recalibration.recalibrate(engine_for(db_url), spec, run_context(dv),
+                                    validation_run_id=validation_run_id)
+    return {"run_id": out.run_id, "mode": out.mode, "target": target, "k": k, "spec": key.get("spec"),
+            "score_kind": key["score_kind"], "n_recomputed": out.n_recomputed, "n_copied": out.n_copied}
+
+
+@task(name="recalibrate-lineage", **DB)
+def recalibrate_lineage_task(name: str, label_set_id: int, validation_run_id: int, dv: int | None,
+                             db_url: str | None) -> list[dict[str, Any]]:
+    """Recalibrate every calibration in force for a lineage on its new head, incrementally."""
+    outs = recalibration.recalibrate_lineage(engine_for(db_url), name, label_set_id, run_context(dv),
+                                           validation_run_id=validation_run_id)
+    return [{"run_id": o.run_id, "mode": o.mode, "parent_run_id": o.parent_run_id,
+             "n_recomputed": o.n_recomputed, "n_copied": o.n_copied, "changes": o.changes} for o in outs]
+
+
+@task(name="unscored-labelled-claims", **DB)
+def unscored_task(lineage: str, label_set_id: int, specs: list[str],
+                  db_url: str | None) -> dict[str, list[int]]:
+    """The configured models (specs) under which some claims of the label set have no score yet."""
+    with engine_for(db_url).connect() as conn:
+        missing = recalibration.unscored_in_force(conn, lineage, label_set_id)
+    return {spec: missing[spec] for spec in specs if spec in missing}
+
+
+@task(name="compare-methods", **DB)
+def compare_task(run_ids: list[int], db_url: str | None) -> list[int]:
+    """Every interval, correction and calibrator on each run's inputs (stored once per run), for the
+    report's "Methods compared" section. A run too small to cross-validate is skipped, and said."""
+    engine, done = engine_for(db_url), []
+    for rid in run_ids:
+        try:
+            with engine.begin() as conn:
+                done.append(ensure_comparison(conn, rid, flow_run_id=events.current_flow_run_id()))
+        except ValueError as exc:
+            get_run_logger().warning(f"run {rid}: no method comparison ({exc})")
+    return done
+
+
+@task(name="evaluate", **DB)
+def evaluate_task(run_ids: list[int], db_url: str | None, metrics_file: str | None = None,
+                  report_name: str | None = None, reports_dir: str | None = None,
+                  report_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Collect each run's metrics (for DVC), optionally render and store the Markdown report."""
+    engine = engine_for(db_url)
+    with engine.begin() as conn:
+        summary = metrics_summary(conn, run_ids)
+        path = None
+        if report_name and run_ids:
+            path = str(save_report(
+                conn, report_name, run_ids, Path(reports_dir or REPORTS_DIR), events.current_flow_run_id(),
+                options=AnalysisOptions.from_params(report_options)))
+    if metrics_file:
+        write_json(Path(metrics_file), summary)
+    return {"metrics": summary, "report": path}
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as JSON (sorted keys, for diffs) atomically: DVC never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+@task(name="apply-label-file", **DVC)
+def apply_labels_task(path: str, repo: str, bounds: dict[str, Any], db_url: str | None,
+                      emit: bool = True) -> dict[str, Any]:
+    """Validate and apply one label file (DVC-versioned already); record and emit the change."""
+    engine = engine_for(db_url)
+    with engine.begin() as conn:
+        dv = record_data_version(conn, versioning.data_version(Path(repo)))
+    out = labels.apply_label_file(engine, Path(path), validation.Bounds(**bounds), dv)
+    result = {"path": path, "update_id": out.update_id, "status": out.status, "reused": out.reused,
+              "n_rows": out.n_rows, "n_appended": out.n_appended, "new_heads": out.new_heads,
+              "validation_run_ids": out.validation_run_ids, "data_version_id": dv}
+    if out.status == "applied" and out.new_heads:
+        with engine.begin() as conn:
+            payload = {"label_set_names": sorted(out.new_heads), "update_id": out.update_id,
+                       "new_heads": out.new_heads, "data_version_id": dv}
+            change = provenance.record_change(conn, "labels", str(out.update_id), payload, dv)
+        result["event_id"] = events.emit(change) if emit else None
+    elif out.status == "rejected":
+        get_run_logger().warning(f"{path}: rejected by validation (runs {out.validation_run_ids}); "
+                                 "nothing was applied, the calibration in force stays")
+    return result
+
+
+@task(name="pending-label-files", **DB)
+def pending_labels_task(repo: str, db_url: str | None) -> list[str]:
+    """Label files dropped in data/labels/ that no label update has considered yet."""
+    with engine_for(db_url).connect() as conn:
+        return [str(p) for p in labels.pending_label_files(conn, Path(repo))]
+
+
+@task(name="place-files", **DVC)
+def place_task(files: list[str], repo: str, sub: str) -> list[str]:
+    """Copy files under data/<sub>/ and snapshot data/ as a new DVC version (push to the remote)."""
+    placed = [str(versioning.place_in_data(Path(f), Path(repo), sub)) for f in files]
+    versioning.version_data(Path(repo), push=True, remote=os.environ.get("CHECKWORTHY_DVC_REMOTE"))
+    return placed
+
+
+@task(name="guidelines-version", **DVC)
+def guidelines_task(guidelines: str, repo: str, db_url: str | None, emit: bool = True) -> dict[str, Any]:
+    """Version an edited guidelines file (DVC snapshot + prompt version in Postgres); emit the change."""
+    version, body, template = prompt_info(guidelines)
+    engine = engine_for(db_url)
+    with engine.begin() as conn:
+        store.ensure_prompt_version(conn, version, body, template)
+        seen, known = provenance.change_history(conn, "guidelines", version)
+    if known:
+        return {"version": version, "new": False}
+    snapshot = Path(repo) / "data" / "guidelines" / f"checkworthiness-{version}.yaml"
+    snapshot.parent.mkdir(parents=True, exist_ok=True)
+    if not snapshot.exists():
+        snapshot.write_text(body, encoding="utf-8")
+    versioning.version_data(Path(repo), push=True, remote=os.environ.get("CHECKWORTHY_DVC_REMOTE"))
+    with engine.begin() as conn:
+        dv = record_data_version(conn, versioning.data_version(Path(repo)))
+        change = provenance.record_change(conn, "guidelines", version,
+                                      {"version": version, "path": str(Path(guidelines).resolve()),
+                                       "snapshot": str(snapshot), "baseline": seen == 0}, dv)
+    # the first version ever seen is the baseline the main job scores under: nothing to redo
+    event_id = events.emit(change) if emit and seen and change.new else None
+    return {"version": version, "new": change.new, "baseline": seen == 0, "event_id": event_id,
+            "data_version_id": dv}
+
+
+@task(name="ingest-claims", **DB)
+def ingest_task(files: list[str], db_url: str | None,
+                lineages: list[str] | None = None) -> dict[str, list[int]]:
+    """Store newly arrived claims (``id,dataset,text``) as targets of their dataset's lineages."""
+    engine = engine_for(db_url)
+    out: dict[str, list[int]] = {}
+    for f in files:
+        for target, ids in labels.ingest_claims(engine, Path(f), lineages).items():
+            out.setdefault(target, []).extend(ids)
+    return out
+
+
+@task(name="stale-targets", **DB)
+def stale_targets_task(db_url: str | None, lineages: list[str] | None = None) -> list[str]:
+    """The targets whose newest calibration does not cover all their claims yet."""
+    with engine_for(db_url).connect() as conn:
+        return targets_needing_work(conn, lineages)
+
+
+@task(name="lineages", **DB)
+def lineages_task(db_url: str | None, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Each lineage's head, its claims and the targets it calibrates."""
+    engine = engine_for(db_url)
+    with engine.connect() as conn:
+        heads = lineage_store.heads(conn)
+        return [{"lineage": n, "label_set_id": h, "calibration_ids": store.label_set_claims(conn, h),
+                 "targets": lineage_store.target_claim_ids(conn, n)}
+                for n, h in sorted(heads.items()) if names is None or n in names]
+
+
+
+
+def bounds_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The label-validation bounds of params (``validation:``), as a task argument."""
+    return asdict(validation.Bounds.from_params(params))

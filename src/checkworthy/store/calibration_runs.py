@@ -1,0 +1,223 @@
+"""Calibration runs in the store: ``calibration_runs`` rows (started, completed or failed once) and
+their ``calibrated_results``, the advisory lock that serialises a run key, and which runs are in force.
+
+A run is inserted ``running`` and moves once to ``complete`` (with counts merged into its params)
+or ``failed``. The lock is session-level on a connection of its own, so the caller's transactions
+can commit while it is held; the audit views tell an interrupted run by nobody holding its lock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from numpy.typing import ArrayLike
+from sqlalchemy import Connection, text
+
+from checkworthy.method.nnppi import NNPPIResult
+from checkworthy.store.rows import ScoreKey
+
+#: the columns of a result row, in the order the writers give them
+RESULT_COLUMNS = ("run_id", "claim_id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean",
+                  "neighbor_ids", "neighbor_distances")
+
+
+# ---- the run key's lock -----------------------------------------------------------------------
+
+
+def lock_run_key(conn: Connection, run_key: str) -> None:
+    """Wait for, then hold, the lock of a run key on ``conn`` (its own connection) until
+    :func:`unlock_run_key`; commits, so that no transaction stays open meanwhile."""
+    conn.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": run_key})
+    conn.commit()
+
+
+def unlock_run_key(conn: Connection, run_key: str) -> None:
+    """Release the lock :func:`lock_run_key` took (and commit)."""
+    conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": run_key})
+    conn.commit()
+
+
+# ---- a run's life -----------------------------------------------------------------------------
+
+
+def find_complete_run(conn: Connection, run_key: str) -> int | None:
+    """The id of the complete run with this key, if any."""
+    return conn.execute(
+        text("SELECT id FROM calibration_runs WHERE run_key = :k AND status = 'complete'"),
+        {"k": run_key},
+    ).scalar()
+
+
+def insert_run(
+    conn: Connection, run_key: str, target: str, label_set_id: int, fingerprint: str, key: ScoreKey,
+    embed_model: str, k: int, alpha: float, threshold: float, interval_method: str,
+    params: Mapping[str, Any], flow_run_id: str | None, code_rev: str, data_version_id: int | None,
+    parent_run_id: int | None = None, mode: str = "full",
+) -> int:
+    """Insert a ``running`` run; return its id. An ``incremental`` run names its parent."""
+    return conn.execute(
+        text(
+            """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
+               model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
+               interval_method, params, status, flow_run_id, code_rev, data_version_id, parent_run_id,
+               mode)
+               VALUES (:key, :t, :ls, :fp, :m, :pv, :ph, :sk, :em, :k, :a, :th, :im, CAST(:p AS jsonb),
+               'running', :fr, :cr, :dv, :parent, :mode) RETURNING id"""
+        ),
+        {"key": run_key, "t": target, "ls": label_set_id, "fp": fingerprint, "m": key.model_id,
+         "pv": key.prompt_version, "ph": key.params_hash, "sk": key.score_kind, "em": embed_model,
+         "k": k, "a": alpha, "th": threshold, "im": interval_method, "p": json.dumps(dict(params)),
+         "fr": flow_run_id, "cr": code_rev, "dv": data_version_id, "parent": parent_run_id, "mode": mode},
+    ).scalar_one()
+
+
+def complete_run(conn: Connection, run_id: int, params: Mapping[str, Any]) -> None:
+    """Mark a run complete, adding ``params`` (counts, what was fitted) to its params."""
+    conn.execute(
+        text(
+            """UPDATE calibration_runs SET status = 'complete', finished_at = now(),
+               params = params || CAST(:p AS jsonb) WHERE id = :i"""
+        ),
+        {"i": run_id, "p": json.dumps(dict(params))},
+    )
+
+
+def fail_run(conn: Connection, run_id: int) -> None:
+    """Mark a run failed (the next attempt starts a new run)."""
+    conn.execute(text("UPDATE calibration_runs SET status = 'failed', finished_at = now() WHERE id = :i"),
+                 {"i": run_id})
+
+
+def insert_results(
+    conn: Connection, run_id: int, claim_ids: ArrayLike, res: NNPPIResult, neighbor_ids: ArrayLike,
+    neighbor_distances: ArrayLike,
+) -> None:
+    """Insert a run's result rows: one per claim, with its (k,) neighbour ids and distances."""
+    ids = [int(i) for i in claim_ids]
+    conn.execute(
+        text(
+            f"""INSERT INTO calibrated_results ({', '.join(RESULT_COLUMNS)})
+               VALUES (:r, :c, :s, :th, :lo, :hi, :d, :km, :nid, :nd)"""
+        ),
+        [
+            {"r": run_id, "c": ids[i], "s": float(res.score[i]), "th": float(res.theta[i]),
+             "lo": float(res.ci_low[i]), "hi": float(res.ci_high[i]),
+             "d": bool(res.decision[i]), "km": float(res.knn_mean[i]),
+             "nid": [int(x) for x in neighbor_ids[i]],
+             "nd": [float(x) for x in neighbor_distances[i]]}
+            for i in range(len(ids))
+        ],
+    )
+
+
+# ---- reading runs back ------------------------------------------------------------------------
+
+
+def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
+    """A run's row as a mapping."""
+    return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
+
+
+def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
+    """A run's per-claim results with the claims' source ids, in claim id order."""
+    return list(
+        conn.execute(
+            text(
+                """SELECT r.*, c.source_id, c.dataset FROM calibrated_results r
+                   JOIN claims c ON c.id = r.claim_id WHERE r.run_id = :i ORDER BY r.claim_id"""
+            ),
+            {"i": run_id},
+        ).mappings()
+    )
+
+
+def result_values(conn: Connection, run_id: int) -> list[Any]:
+    """A run's per-claim values without the neighbour arrays (claim_id, score, theta, ci_low, ci_high,
+    decision, knn_mean), in claim id order."""
+    return conn.execute(
+        text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean FROM calibrated_results
+                WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
+
+
+def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
+    """Whether a calibrated claim of the run has no label (then it gets no metrics)."""
+    return conn.execute(
+        text("""SELECT EXISTS (SELECT 1 FROM calibrated_results r WHERE r.run_id = :r
+                               AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.claim_id = r.claim_id))"""),
+        {"r": run_id},
+    ).scalar_one()
+
+
+# ---- which runs are in force ------------------------------------------------------------------
+
+
+def find_parent_run(
+    conn: Connection, target: str, label_set_id: int, key: ScoreKey, embed_model: str, k: int,
+    alpha: float, threshold: float, interval_method: str, correction: str,
+) -> int | None:
+    """The newest complete run of the same calibration on any version of ``label_set_id``'s lineage."""
+    return conn.execute(
+        text(
+            """SELECT r.id FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
+               WHERE r.status = 'complete' AND r.target = :t
+                 AND ls.name = (SELECT name FROM label_sets WHERE id = :ls)
+                 AND r.model_id = :m AND r.prompt_version = :pv AND r.params_hash = :ph
+                 AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
+                 AND r.threshold = :th AND r.interval_method = :im
+                 AND coalesce(r.params->>'correction', 'paper') = :corr
+               ORDER BY r.id DESC LIMIT 1"""
+        ),
+        {"t": target, "ls": label_set_id, "m": key.model_id, "pv": key.prompt_version,
+         "ph": key.params_hash, "sk": key.score_kind, "em": embed_model, "k": k, "a": alpha,
+         "th": threshold, "im": interval_method, "corr": correction},
+    ).scalar()
+
+
+def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
+    """The newest complete run of every calibration (target x score key x k x ...) of a lineage's targets.
+
+    Only the newest prompt version per model and score kind counts: a guideline change supersedes
+    the calibrations made under the older prompt.
+    """
+    return list(conn.execute(
+        text(
+            """WITH r AS (
+                 SELECT r.*, row_number() OVER (
+                   PARTITION BY r.target, r.model_id, r.params_hash, r.score_kind, r.embed_model, r.k,
+                                r.alpha, r.threshold, r.interval_method,
+                                coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
+                   rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind
+                                ORDER BY pv.created_at DESC) AS prompt_rank
+                 FROM calibration_runs r JOIN calibration_targets t ON t.name = r.target
+                 JOIN label_sets ls ON ls.id = r.label_set_id AND ls.name = t.label_set_name
+                 JOIN prompt_versions pv ON pv.id = r.prompt_version
+                 WHERE t.label_set_name = :n AND r.status = 'complete')
+               SELECT * FROM r WHERE n = 1 AND prompt_rank = 1 ORDER BY id"""
+        ),
+        {"n": label_set_name},
+    ).mappings())
+
+
+def targets_needing_work(conn: Connection, label_set_names: Sequence[str] | None = None) -> list[str]:
+    """Targets with no complete run yet, or with more claims than their newest complete run covered.
+
+    Cheap enough to run on every schedule tick, so that loading a model is skipped when nothing
+    has arrived.
+    """
+    return list(conn.execute(
+        text(
+            """SELECT DISTINCT t.name FROM calibration_targets t
+               LEFT JOIN LATERAL (SELECT (r.params->>'n_claims')::int AS n FROM calibration_runs r
+                                  JOIN label_sets ls ON ls.id = r.label_set_id
+                                  WHERE r.target = t.name AND ls.name = t.label_set_name
+                                    AND r.status = 'complete'
+                                  ORDER BY r.id DESC LIMIT 1) last ON true
+               WHERE (last.n IS NULL
+                      OR last.n < (SELECT count(*) FROM target_claims tc WHERE tc.target = t.name))
+                 AND (CAST(:names AS text[]) IS NULL OR t.label_set_name = ANY(CAST(:names AS text[])))
+               ORDER BY t.name"""
+        ),
+        {"names": list(label_set_names) if label_set_names is not None else None},
+    ).scalars())

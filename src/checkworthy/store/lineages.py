@@ -1,0 +1,147 @@
+"""Label-set lineages and calibration targets.
+
+A lineage (a label-set name, e.g. ``clef2024:calibration:seed=2026``) evolves by versions:
+``label_set_versions`` is an append-only log of the set in force, its newest row is the head.
+A target (``calibration_targets`` / ``target_claims``) names the claims a lineage calibrates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+LABELS_LOCK = 7_2024_0003  # one label update at a time (DVC and the version log)
+
+
+def lock_labels(conn: Connection) -> None:
+    """Hold the label-update lock until the transaction ends."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LABELS_LOCK})
+
+
+def label_set_name(conn: Connection, label_set_id: int) -> str:
+    """The lineage a label set belongs to."""
+    return conn.execute(text("SELECT name FROM label_sets WHERE id = :i"), {"i": label_set_id}).scalar_one()
+
+
+def lineage_head(conn: Connection, name: str) -> int | None:
+    """The label set in force for a lineage (None before its first version)."""
+    return conn.execute(
+        text("SELECT label_set_id FROM label_set_versions WHERE name = :n ORDER BY id DESC LIMIT 1"),
+        {"n": name},
+    ).scalar()
+
+
+def set_head(
+    conn: Connection, name: str, label_set_id: int, reason: str, update_id: int | None = None,
+    data_version_id: int | None = None,
+) -> bool:
+    """Make ``label_set_id`` the lineage's head by appending a version; False if it already is."""
+    head = conn.execute(
+        text("SELECT id, label_set_id FROM label_set_versions WHERE name = :n ORDER BY id DESC LIMIT 1"),
+        {"n": name},
+    ).first()
+    if head is not None and head.label_set_id == label_set_id:
+        return False
+    conn.execute(
+        text(
+            """INSERT INTO label_set_versions (name, label_set_id, parent_id, update_id, data_version_id,
+               reason) VALUES (:n, :s, :p, :u, :dv, :r)"""
+        ),
+        {"n": name, "s": label_set_id, "p": head.id if head else None, "u": update_id,
+         "dv": data_version_id, "r": reason},
+    )
+    return True
+
+
+def ensure_head(conn: Connection, label_set_id: int, data_version_id: int | None = None) -> int:
+    """The head of ``label_set_id``'s lineage, registering it as the first version if there is none.
+
+    The main job re-creates its sampled calibration set on every run; once a lineage has
+    versions, the data team's updates define it, so the existing head stays in force.
+    """
+    lock_labels(conn)
+    name = label_set_name(conn, label_set_id)
+    head = lineage_head(conn, name)
+    if head is None:
+        set_head(conn, name, label_set_id, "initial", data_version_id=data_version_id)
+        return label_set_id
+    return head
+
+
+def heads(conn: Connection) -> dict[str, int]:
+    """Every lineage and its head label set."""
+    rows = conn.execute(
+        text("SELECT DISTINCT ON (name) name, label_set_id FROM label_set_versions ORDER BY name, id DESC")
+    ).all()
+    return {r.name: r.label_set_id for r in rows}
+
+
+def version_log(conn: Connection, name: str) -> list[Mapping[str, Any]]:
+    """A lineage's versions, oldest first: which set, why, from which update and data version."""
+    return list(conn.execute(
+        text(
+            """SELECT v.*, ls.fingerprint, ls.n_items, ls.n_positive, dv.dvc_hash, dv.git_rev
+               FROM label_set_versions v JOIN label_sets ls ON ls.id = v.label_set_id
+               LEFT JOIN data_versions dv ON dv.id = v.data_version_id WHERE v.name = :n ORDER BY v.id"""
+        ),
+        {"n": name},
+    ).mappings())
+
+
+def lineages_for_dataset(conn: Connection, dataset: str, names: Sequence[str] | None = None) -> list[str]:
+    """The lineages whose calibration set is of ``dataset``: those of ``names`` if given (a
+    scheduled run that names its lineages), else the first by name."""
+    found = list(conn.execute(
+        text(
+            """SELECT v.name FROM (SELECT DISTINCT ON (name) name, label_set_id FROM label_set_versions
+                                  ORDER BY name, id DESC) v
+               WHERE EXISTS (SELECT 1 FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+                             WHERE i.label_set_id = v.label_set_id AND c.dataset = :d)
+                 AND (CAST(:names AS text[]) IS NULL OR v.name = ANY(CAST(:names AS text[])))
+               ORDER BY v.name"""
+        ),
+        {"d": dataset, "names": list(names) if names is not None else None},
+    ).scalars())
+    if not found:
+        raise ValueError(f"no calibration label set of dataset {dataset!r}: run the main job first")
+    return found if names is not None else found[:1]
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def register_target(conn: Connection, target: str, label_set_name: str, claim_ids: Sequence[int]) -> None:
+    """Name the claims a lineage calibrates (needed by the leakage check and by recalibration)."""
+    conn.execute(
+        text(
+            """INSERT INTO calibration_targets (name, label_set_name) VALUES (:t, :n)
+               ON CONFLICT DO NOTHING"""
+        ),
+        {"t": target, "n": label_set_name},
+    )
+    conn.execute(
+        text(
+            """INSERT INTO target_claims (target, claim_id)
+               SELECT :t, u.id FROM unnest(CAST(:c AS bigint[])) AS u(id) ON CONFLICT DO NOTHING"""
+        ),
+        {"t": target, "c": list(map(int, claim_ids))},
+    )
+
+
+def target_claim_ids(conn: Connection, label_set_name: str) -> dict[str, list[int]]:
+    """The claims each target of a lineage holds, by target name."""
+    rows = conn.execute(
+        text(
+            """SELECT t.name, tc.claim_id FROM calibration_targets t
+               JOIN target_claims tc ON tc.target = t.name WHERE t.label_set_name = :n
+               ORDER BY t.name, tc.claim_id"""
+        ),
+        {"n": label_set_name},
+    ).all()
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        out.setdefault(r.name, []).append(r.claim_id)
+    return out
+
