@@ -176,6 +176,61 @@ def test_calibrate_process_exits_non_zero(db_url, tmp_path, case):
     assert not (tmp_path / "OUT.csv").exists()
 
 
+#: options that cannot give a meaningful run: refused by the parser, before the store starts
+BAD_OPTIONS = {
+    "alpha 0": (["--alpha", "0"], "--alpha"), "alpha 1": (["--alpha", "1"], "--alpha"),
+    "alpha 1.5": (["--alpha", "1.5"], "--alpha"), "alpha -0.1": (["--alpha=-0.1"], "--alpha"),
+    "alpha nan": (["--alpha", "nan"], "--alpha"), "alpha inf": (["--alpha", "inf"], "--alpha"),
+    "alpha text": (["--alpha", "five"], "--alpha"),
+    "threshold nan": (["--threshold", "nan"], "--threshold"),
+    "threshold 1.5": (["--threshold", "1.5"], "--threshold"),
+    "threshold -1": (["--threshold=-1"], "--threshold"),
+    "k 0": (["--k", "0"], "--k"), "k -3": (["--k=-3"], "--k"), "k 2.5": (["--k", "2.5"], "--k"),
+    "out is the unlabelled input": (["--out", "{U}"], "--out"),
+    "out is the labelled input": (["--out", "{L}"], "--out"),
+    "out is a directory": (["--out", "{tmp}"], "--out"),
+    "out in a missing directory": (["--out", "{tmp}/no/such/OUT.csv"], "--out"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_OPTIONS)
+def test_calibrate_refuses_bad_options_before_anything_is_written(use_db, tmp_path, capsys, case):
+    """One line naming the option; the store, the input files and the output path untouched."""
+    good_l = tmp_path / "L.csv"
+    good_l.write_bytes(csv_bytes(*GOOD_ROWS))
+    u = _u_file(tmp_path)
+    inputs = {p: p.read_bytes() for p in (good_l, u)}
+    extra, option = BAD_OPTIONS[case]
+    extra = [a.format(U=u, L=good_l, tmp=tmp_path) for a in extra]
+    out = tmp_path / "OUT.csv"
+    args = {"--k": "2", "--out": str(out)}
+    argv = ["calibrate", "--labeled", str(good_l), "--unlabeled", str(u)]
+    argv += [a for key, value in args.items() if not any(e.startswith(key) for e in extra) for a in (key, value)]
+    before = table_counts(use_db)
+    assert main(argv + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert option in err and "Traceback" not in err, err
+    assert table_counts(use_db) == before
+    assert {p: p.read_bytes() for p in inputs} == inputs
+    assert not out.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_score_refuses_to_overwrite_its_input(use_db, tmp_path, capsys):
+    inp = tmp_path / "in.csv"
+    inp.write_text("id,text\na,Prices rose 5 percent.\n", encoding="utf-8")
+    before = table_counts(use_db)
+    code = main(["score", "--model", "embedded:gemma3-270m", "--input", str(inp), "--out", str(inp),
+                 "--params", ""])
+    assert code == 2 and "--out" in capsys.readouterr().err
+    assert table_counts(use_db) == before and inp.read_text(encoding="utf-8").startswith("id,text")
+
+
+def test_explain_refuses_a_malformed_claim_id(capsys):
+    assert main(["explain", "id:abc"]) == 2
+    err = capsys.readouterr().err
+    assert "id:abc" in err and "Traceback" not in err
+
+
 # ---------------------------------------------------------------- label files (`checkworthy labels add`)
 
 LABEL_HEADER = "id,dataset,label,source"

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_file, positive_int
 from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
 from checkworthy.errors import DataError
 
@@ -96,6 +97,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_methods(args.interval, args.correction)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    problem = output_file("--out", args.out, [args.labeled, args.unlabeled])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     # validate both files before the database is even started
     read_scored_csv(Path(args.labeled), label_required=True)
@@ -249,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "else params.yaml of the project)")
     r.add_argument("--name", help="report name (default: run-<timestamp>)")
     r.add_argument("--reports-dir", default=str(REPORTS_DIR))
-    r.add_argument("--limit", type=int, help=argparse.SUPPRESS)
+    r.add_argument("--limit", type=positive_int, help=argparse.SUPPRESS)
     r.add_argument("--commit-data", action="store_true",
                    help="snapshot data/ with dvc add + dvc push first (default: record data.dvc as is)")
     r.set_defaults(func=cmd_run)
@@ -268,9 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="calibrate your own scores with NN-PPI")
     c.add_argument("--labeled", required=True, help="CSV with id,text,score,label")
     c.add_argument("--unlabeled", required=True, help="CSV with id,text,score[,label]")
-    c.add_argument("--k", type=int, required=True)
-    c.add_argument("--alpha", type=float, default=0.05)
-    c.add_argument("--threshold", type=float, default=0.5)
+    c.add_argument("--k", type=positive_int, required=True, help="neighbours per claim (at least 1)")
+    c.add_argument("--alpha", type=open_unit, default=0.05, help="1 - interval level, in (0, 1)")
+    c.add_argument("--threshold", type=closed_unit, default=0.5, help="decision threshold, in [0, 1]")
     c.add_argument("--out", required=True)
     c.add_argument("--interval", default="z",
                    help="interval method: z (the paper's), t, t-pred, conformal, conformal-local, mondrian, "
@@ -297,9 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
 
     ex = sub.add_parser("explain", help="why a claim got its decision (audit lineage)")
-    ex.add_argument("claim", help="the claim's source id (as in the input file), or id:<claim id>")
+    ex.add_argument("claim", type=claim_ref,
+                    help="the claim's source id (as in the input file), or id:<claim id>")
     ex.add_argument("--dataset", help="only claims of this dataset (source ids may repeat across datasets)")
-    ex.add_argument("--run", type=int, help="only this calibration run (default: every run, newest first)")
+    ex.add_argument("--run", type=positive_int,
+                    help="only this calibration run (default: every run, newest first)")
     ex.set_defaults(func=cmd_explain)
 
     from checkworthy.cli.score import add_score_arguments, add_train_arguments
@@ -316,10 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     quiet_offline_env()
-    args = build_parser().parse_args(argv)
-    if getattr(args, "k", 1) is not None and getattr(args, "k", 1) < 1:
-        print("error: --k must be at least 1", file=sys.stderr)
-        return 2
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage and the option at fault
+        return int(exc.code or 0)
     try:
         return args.func(args)
     except DataError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from sqlalchemy import Engine
 
+from checkworthy.cli.checks import output_file, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.runs.score_file import read_input, score_csv
 from checkworthy.runs.train_classifier import ARTEFACT_ROOT, DEFAULT_EXCLUDE, train
@@ -45,11 +46,14 @@ def add_score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default=str(PARAMS_FILE),
                    help="params file whose model options apply ('' for none)")
     p.add_argument("--kind", help="score kind written to the score column (default: the model's first)")
-    p.add_argument("--chunk-size", type=int, default=64, help="texts per stored chunk")
+    p.add_argument("--chunk-size", type=positive_int, default=64, help="texts per stored chunk")
 
 
 def run_score(args: argparse.Namespace, engine_factory: Callable[[], Engine]) -> int:
     """``checkworthy score``: validate input and model first, then start the store and score."""
+    problem = output_file("--out", args.out, [args.input])
+    if problem:
+        raise ValueError(problem)
     rows = read_input(Path(args.input))
     overrides = parse_options(args.opt)
     if args.params and not Path(args.params).is_file():
