@@ -8,6 +8,7 @@ git repository (the project's own data.dvc and dvcstore are never touched).
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 from pathlib import Path
 
@@ -259,3 +260,33 @@ def test_newly_arrived_claims_are_scored_and_calibrated_incrementally(flows, set
     assert inc and all((r["mode"], r["n_recomputed"], r["n_copied"]) == ("incremental", 5, 12) for r in inc)
     nothing_new = flows.score_new_claims_flow(db, str(repo), setup["params"], [lineage()])
     assert nothing_new["runs"] == []
+
+
+def test_a_refused_label_file_is_set_aside_and_later_files_still_apply(flows, setup, engine, first_run):
+    """A file dropped in data/labels/ naming an unknown claim is refused with its reason stored and
+    moved to data/labels/rejected/; a good file dropped after it is applied, now and later."""
+    repo, db = setup["repo"], setup["db_url"]
+    labels_dir = repo / "data" / "labels"
+    labels_dir.mkdir(parents=True, exist_ok=True)
+    bad = labels_dir / "bad.csv"
+    bad.write_text("id,dataset,label\nno-such-id,clef2024,1\n", encoding="utf-8")
+    with engine.connect() as conn:
+        member = conn.execute(text("SELECT c.source_id, cl.label FROM claims c JOIN current_labels cl "
+                                   "ON cl.claim_id = c.id WHERE c.id = ANY(:i) ORDER BY c.id LIMIT 1"),
+                              {"i": store.label_set_claims(conn, lineages.lineage_head(conn, lineage()))}).one()
+    good = labels_dir / "good.csv"
+    good.write_text(f"id,dataset,label,source\n{member.source_id},clef2024,{member.label},annotator:ann\n",
+                    encoding="utf-8")
+    os.utime(bad, (1, 1))  # the bad file is the older one: it is met first
+
+    out = flows.label_update_flow(None, str(repo), db, setup["params"])
+    (refused,) = out["refused"]
+    assert refused["path"] == str(bad) and "no-such-id" in refused["reason"]
+    assert not bad.exists() and (labels_dir / "rejected" / "bad.csv").exists()
+    assert [u["status"] for u in out["updates"]] == ["applied"] and out["updates"][0]["path"].endswith("good.csv")
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT status, reason FROM label_updates WHERE path = :p"),
+                           {"p": str(bad)}).one()
+    assert row.status == "rejected" and "field 'id'" in row.reason
+    again = flows.label_update_flow(None, str(repo), db, setup["params"])
+    assert again["updates"] == [] and again["refused"] == []

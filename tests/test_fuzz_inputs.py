@@ -275,6 +275,30 @@ def test_labels_add_refuses_a_bad_file_and_writes_nothing(use_db, tmp_path, caps
     assert table_counts(use_db) == before
 
 
+#: label files that parse but name claims the store cannot take: refused before data/labels/
+STORE_LABEL_CASES = {
+    "unknown claim id": (b"id,dataset,label\nno-such-id,clef2024,1\n", "no-such-id"),
+    "unknown dataset and no text": (b"id,dataset,label\n7,nowhere,1\n", "nowhere"),
+}
+
+
+@pytest.mark.parametrize("case", STORE_LABEL_CASES)
+def test_labels_add_refuses_unknown_claims_before_copying(use_db, tmp_path, capsys, case):
+    """Checked against the store first: nothing copied to data/labels/, versioned or stored."""
+    data, named = STORE_LABEL_CASES[case]
+    path = tmp_path / "labels.csv"
+    path.write_bytes(data)
+    labels_dir = ROOT / "data" / "labels"
+    listing = sorted(p.name for p in labels_dir.rglob("*")) if labels_dir.exists() else []
+    dvc_file = (ROOT / "data.dvc").read_bytes()
+    before = table_counts(use_db)
+    assert main(["labels", "add", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and named in err and "field 'id'" in err, err
+    assert table_counts(use_db) == before and (ROOT / "data.dvc").read_bytes() == dvc_file
+    assert (sorted(p.name for p in labels_dir.rglob("*")) if labels_dir.exists() else []) == listing
+
+
 # ---------------------------------------------------------------- `checkworthy score`
 
 IN_HEADER = "id,text"

@@ -53,6 +53,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
     """
     from checkworthy.data.label_files import read_label_csv
     from checkworthy.flows.pipeline import label_update_flow
+    from checkworthy.runs.label_updates import check_label_file
     from checkworthy.store import lineages
     from checkworthy.store.validations import failed_results
 
@@ -66,6 +67,8 @@ def cmd_labels(args: argparse.Namespace) -> int:
                           f"data {v['dvc_hash'] or '-'}")
         return 0
     read_label_csv(Path(args.file))  # a malformed file fails before anything starts
+    with _engine().connect() as conn:  # ... and one naming unknown claims before it is copied
+        check_label_file(conn, Path(args.file))
     out = label_update_flow(files=[str(Path(args.file).resolve())], recalibrate_now=not args.event_only)
     for u in out["updates"]:
         print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "

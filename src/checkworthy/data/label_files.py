@@ -7,6 +7,7 @@ reports every bad value at once.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,17 @@ def read_claims_csv(path: Path) -> list[IncomingClaim]:
         require_filled(name, line, rec, CLAIM_COLUMNS)
         rows.append(IncomingClaim(line, rec["id"].strip(), rec["dataset"].strip(), rec["text"]))
     return rows
+
+
+def set_aside(path: Path, repo: Path) -> Path:
+    """Move a refused label file from ``data/labels/`` to ``data/labels/rejected/`` (a name of its
+    own if one is taken), so no later run considers it again; return where it went."""
+    folder = repo / "data" / "labels" / "rejected"
+    folder.mkdir(parents=True, exist_ok=True)
+    dest, n = folder / path.name, 1
+    while dest.exists():
+        dest, n = folder / f"{path.stem}-{n}{path.suffix}", n + 1
+    return Path(shutil.move(path, dest))
 
 
 def label_files_in(repo: Path) -> list[Path]:

@@ -34,6 +34,7 @@ from checkworthy.flows.tasks import (
     apply_labels_task,
     bounds_of,
     calibrate_task,
+    check_labels_task,
     compare_task,
     embed_task,
     evaluate_task,
@@ -157,8 +158,10 @@ def label_update_flow(files: list[str] | None = None, repo: str = str(ROOT), db_
     params = load_params(Path(params_path))
     if files is None:
         files = pending_labels_task(repo, db_url)
+    checked = check_labels_task(files, repo, db_url) if files else {"good": [], "refused": []}
+    files = checked["good"]
     if not files:
-        return {"updates": [], "recalibration": None}
+        return {"updates": [], "refused": checked["refused"], "recalibration": None}
     placed = place_task(files, repo, "labels")
     dv = version_data_task(repo, False, db_url, "label-update", {"files": files})
     updates = [apply_labels_task(p, repo, bounds_of(params), db_url, emit) for p in placed]
@@ -168,7 +171,8 @@ def label_update_flow(files: list[str] | None = None, repo: str = str(ROOT), db_
     recal = None
     if recalibrate_now and changed:
         recal = recalibrate_flow(changed, db_url, repo, params_path, "labels")
-    return {"updates": updates, "data_version_id": dv, "changed": changed, "recalibration": recal}
+    return {"updates": updates, "refused": checked["refused"], "data_version_id": dv, "changed": changed,
+            "recalibration": recal}
 
 
 @flow(name="rescore", log_prints=True)

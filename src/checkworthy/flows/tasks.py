@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from checkworthy.config import REPORTS_DIR, ROOT
 from checkworthy.data import validation, versioning
+from checkworthy.errors import DataError
 from checkworthy.flows import events
 from checkworthy.flows.retries import DB, DVC, MODEL
 from checkworthy.report.comparison import ensure_comparison
@@ -232,6 +233,27 @@ def pending_labels_task(repo: str, db_url: str | None) -> list[str]:
     """Label files dropped in data/labels/ that no label update has considered yet."""
     with engine_for(db_url).connect() as conn:
         return [str(p) for p in labels.pending_label_files(conn, Path(repo))]
+
+
+@task(name="check-label-files", **DB)
+def check_labels_task(files: list[str], repo: str, db_url: str | None) -> dict[str, Any]:
+    """Check each label file against the store before it is versioned. A refused file found in
+    data/labels/ is recorded with its reason and moved to data/labels/rejected/, so it never
+    blocks a later file; a file given from elsewhere is left as it is."""
+    engine, good, refused = engine_for(db_url), [], []
+    labels_dir = (Path(repo) / "data" / "labels").resolve()
+    for f in files:
+        try:
+            with engine.connect() as conn:
+                labels.check_label_file(conn, Path(f))
+            good.append(f)
+        except DataError as exc:
+            moved = None
+            if Path(f).resolve().parent == labels_dir:
+                moved = str(labels.refuse_label_file(engine, Path(f), Path(repo), str(exc)))
+            get_run_logger().warning(f"refused {exc}" + (f"; moved to {moved}" if moved else ""))
+            refused.append({"path": f, "reason": str(exc), "moved_to": moved})
+    return {"good": good, "refused": refused}
 
 
 @task(name="place-files", **DVC)

@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.config import ROOT
 from checkworthy.data import validation
 from checkworthy.data.datasets import load_dataset
-from checkworthy.data.label_files import LabelRow, label_files_in, read_claims_csv, read_label_csv
+from checkworthy.data.label_files import LabelRow, label_files_in, read_claims_csv, read_label_csv, set_aside
 from checkworthy.data.versioning import file_sha256
 from checkworthy.errors import DataError
 from checkworthy.store import label_updates as history
@@ -112,6 +112,36 @@ def plan_update(
     return candidates, resolved
 
 
+def check_label_file(
+    conn: Connection, path: Path, rows: Sequence[LabelRow] | None = None,
+) -> tuple[list[Candidate], dict[tuple[str, str], dict[str, Any]]]:
+    """What can be known of a label file before it is versioned or applied: its rows parse, each
+    names a known claim (stored, in a raw dataset, or with its text) with the text it is stored
+    with, and a row outside every lineage has a label of 0 or 1. Raises :class:`DataError`
+    naming the file, line and field; returns the update's plan (see :func:`plan_update`)."""
+    rows = read_label_csv(path) if rows is None else rows
+    candidates, resolved = plan_update(conn, path, rows)
+    in_lineage = {key for c in candidates for key in c.changed_keys}
+    for r in rows:  # gold-only rows never reach a label set, but must still be labels
+        if (r.dataset, r.id) not in in_lineage and r.label not in (0, 1):
+            raise DataError(path, r.line, "label", f"must be 0 or 1, got {r.label!r}")
+    return candidates, resolved
+
+
+def refuse_label_file(engine: Engine, path: Path, repo: Path, reason: str,
+                      data_version_id: int | None = None) -> Path:
+    """Record a refused label file (status 'rejected', with the reason) and move it out of
+    ``data/labels/`` so the watch deployment never tries it again; return where it went."""
+    path = Path(path)
+    n_rows = max(0, sum(1 for _ in path.open("rb")) - 1)
+    with engine.begin() as conn:
+        lineage_store.lock_labels(conn)
+        if history.find_update(conn, file_sha256(path)) is None:
+            history.insert_update(conn, file_sha256(path), str(path), f"file:{path.name}", "rejected",
+                                  n_rows, 0, data_version_id, reason)
+    return set_aside(path, repo)
+
+
 def apply_label_file(
     engine: Engine, path: Path, bounds: validation.Bounds | None = None, data_version_id: int | None = None,
     source: str | None = None,
@@ -127,11 +157,7 @@ def apply_label_file(
         done = history.find_update(conn, sha)
         if done is not None:
             return _outcome_of(conn, done)
-        candidates, resolved = plan_update(conn, path, rows)
-        in_lineage = {key for c in candidates for key in c.changed_keys}
-        for r in rows:  # gold-only rows never reach a label set, but must still be labels
-            if (r.dataset, r.id) not in in_lineage and r.label not in (0, 1):
-                raise DataError(path, r.line, "label", f"must be 0 or 1, got {r.label!r}")
+        candidates, resolved = check_label_file(conn, path, rows)
         outcomes = [validation.run_suite(
             validation.build_frame(c.rows, validations.target_texts(conn, c.name)), bounds)
             for c in candidates]

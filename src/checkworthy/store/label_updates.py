@@ -29,16 +29,16 @@ def known_update_files(conn: Connection, file_sha256s: Sequence[str]) -> set[str
 
 def insert_update(
     conn: Connection, file_sha256: str, path: str, source: str, status: str, n_rows: int, n_appended: int,
-    data_version_id: int | None,
+    data_version_id: int | None, reason: str | None = None,
 ) -> int:
-    """Log a label update (applied or rejected); return its id."""
+    """Log a label update (applied or rejected, with the reason of a refusal); return its id."""
     return conn.execute(
         text(
             """INSERT INTO label_updates (file_sha256, path, source, status, n_rows, n_appended,
-               data_version_id) VALUES (:h, :p, :s, :st, :n, :na, :dv) RETURNING id"""
+               data_version_id, reason) VALUES (:h, :p, :s, :st, :n, :na, :dv, :r) RETURNING id"""
         ),
         {"h": file_sha256, "p": path, "s": source, "st": status, "n": n_rows, "na": n_appended,
-         "dv": data_version_id},
+         "dv": data_version_id, "r": reason},
     ).scalar_one()
 
 
