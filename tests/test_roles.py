@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
+import time
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ from sqlalchemy.pool import NullPool
 
 from checkworthy.cli.main import main
 from checkworthy.config import ROOT
+from checkworthy.errors import StoreBusy
 from checkworthy.runs.own_scores import calibrate_files
-from checkworthy.store import audit
+from checkworthy.store import audit, lineages
 from checkworthy.store.engine import get_engine
 from tests.test_append_only import clef_claims
 
@@ -278,3 +280,25 @@ def test_documented_queries_run_as_the_auditor(auditor, pipeline_run):
     with auditor.connect() as conn:
         for sql in statements:
             conn.execute(text(sql)).all()
+
+
+def test_an_auditor_holding_the_label_lock_cannot_hang_a_label_update(engine, auditor, monkeypatch):
+    """The auditor may call pg_advisory_lock on the label-update key; the update then gives up
+    after its lock wait with one line naming who holds it, and its transaction stays usable."""
+    monkeypatch.setattr(lineages, "LOCK_WAIT", "1s")
+    with auditor.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lineages.LABELS_LOCK})
+        try:
+            with engine.connect() as conn, conn.begin():
+                t0 = time.monotonic()
+                with pytest.raises(StoreBusy, match=AUDITOR_LOGIN):
+                    lineages.lock_labels(conn)
+                assert time.monotonic() - t0 < 30
+                assert conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one() != "1s"
+                assert conn.execute(text("SELECT 1")).scalar_one() == 1
+        finally:
+            holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lineages.LABELS_LOCK})
+            holder.commit()
+    with engine.connect() as conn, conn.begin():  # free again: taken at once
+        lineages.lock_labels(conn)
+

@@ -51,3 +51,8 @@ class DataError(ValueError):
 
     def __reduce__(self):  # keep the attributes when pickled (e.g. across worker processes)
         return (type(self), (self.file, self.row, self.field, self.problem))
+
+
+class StoreBusy(RuntimeError):
+    """Another session has held a lock the command needs for longer than it waits: nothing was
+    written; the message names the lock and who holds it. Not retried (it is not a fault)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_file, positive_int
 from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
-from checkworthy.errors import DataError
+from checkworthy.errors import DataError, StoreBusy
 
 
 def _engine():
@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StoreBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,17 +7,40 @@ A target (``calibration_targets`` / ``target_claims``) names the claims a lineag
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import OperationalError
+
+from checkworthy.errors import StoreBusy
 
 LABELS_LOCK = 7_2024_0003  # one label update at a time (DVC and the version log)
+#: how long a label update waits for that lock (another update takes seconds); env overrides
+LOCK_WAIT = os.environ.get("CHECKWORTHY_LOCK_TIMEOUT", "60s")
 
 
 def lock_labels(conn: Connection) -> None:
-    """Hold the label-update lock until the transaction ends."""
-    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LABELS_LOCK})
+    """Hold the label-update lock until the transaction ends; raise :class:`StoreBusy` (naming
+    the holder) after ``LOCK_WAIT`` rather than wait forever on a session that never lets go."""
+    before = conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one()
+    conn.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": LOCK_WAIT})
+    try:
+        with conn.begin_nested():
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LABELS_LOCK})
+    except OperationalError as exc:
+        conn.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": before})
+        if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
+            raise
+        holder = conn.execute(text(
+            """SELECT l.pid, a.usename FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+               WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                 AND ((l.classid::bigint << 32) | l.objid::bigint) = :k"""), {"k": LABELS_LOCK}).first()
+        who = f"session {holder.pid} of {holder.usename}" if holder else "another session"
+        raise StoreBusy(f"the label-update lock has been held by {who} for over {LOCK_WAIT}; nothing "
+                        "was written: end that session and try again") from None
+    conn.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": before})
 
 
 def label_set_name(conn: Connection, label_set_id: int) -> str:
