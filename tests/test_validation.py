@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from checkworthy.data import validation, versioning
-from checkworthy.data.datasets import normalise_text
+from checkworthy.data import validation
+from checkworthy.data.datasets import normalise_text, sha256_file
 from checkworthy.runs import label_gate
 from checkworthy.runs import label_updates as labels
 from checkworthy.runs.calibration_run import RunSpec, run_calibration
@@ -91,7 +91,7 @@ def test_each_failure_blocks_the_update_and_is_stored(engine, world, tmp_path, c
         results = validations.load_results(conn, vid)
         update = conn.execute(text("SELECT status, file_sha256 FROM label_updates WHERE id = :u"),
                               {"u": out.update_id}).one()
-    assert update.status == "rejected" and update.file_sha256 == versioning.file_sha256(path)
+    assert update.status == "rejected" and update.file_sha256 == sha256_file(path)
     assert sorted(c for c, r in results.items() if not r["success"]) == [check]
     bad = results[check]
     assert sorted(r["source_id"] for r in bad["unexpected_rows"]) == sorted(reported)

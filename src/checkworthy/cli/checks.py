@@ -69,7 +69,7 @@ def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"{option} {out}: the directory {folder} is not writable"
     for given in inputs:
-        if path.exists() and Path(given).exists() and path.samefile(given) \
-                or path.resolve() == Path(given).resolve():
+        same_path = path.resolve() == Path(given).resolve()  # also through a symlink
+        if same_path or (path.exists() and Path(given).exists() and path.samefile(given)):  # a hard link
             return f"{option} {out}: is also an input file ({given}); write the output elsewhere"
     return None

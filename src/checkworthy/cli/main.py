@@ -66,9 +66,9 @@ def cmd_labels(args: argparse.Namespace) -> int:
                           f"{v['n_positive']} positive) {v['reason']}, {v['created_at']:%Y-%m-%d %H:%M}, "
                           f"data {v['dvc_hash'] or '-'}")
         return 0
-    read_label_csv(Path(args.file))  # a malformed file fails before anything starts
+    rows = read_label_csv(Path(args.file))  # a malformed file fails before anything starts
     with _engine().connect() as conn:  # ... and one naming unknown claims before it is copied
-        check_label_file(conn, Path(args.file))
+        check_label_file(conn, Path(args.file), rows)
     out = label_update_flow(files=[str(Path(args.file).resolve())], recalibrate_now=not args.event_only)
     for u in out["updates"]:
         print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "

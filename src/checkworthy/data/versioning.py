@@ -8,7 +8,6 @@ under ``data/`` so that it becomes part of the next snapshot.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from typing import NamedTuple
 import yaml
 
 from checkworthy.config import CODE_ROOT, DATA_DIR, ROOT
+from checkworthy.data.datasets import sha256_file
 
 
 class DataVersion(NamedTuple):
@@ -94,11 +94,6 @@ def version_data(repo: Path = ROOT, push: bool = True, remote: str | None = None
     return data_hash(repo)
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of the file's bytes: the identity of a label update."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def place_in_data(path: Path, repo: Path = ROOT, sub: str = "labels") -> Path:
     """The file's copy under ``data/<sub>/`` (copied there unless it already is; same bytes, same name)."""
     path = Path(path).resolve()
@@ -107,8 +102,8 @@ def place_in_data(path: Path, repo: Path = ROOT, sub: str = "labels") -> Path:
         return path
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / path.name
-    if dest.exists() and file_sha256(dest) != file_sha256(path):
-        dest = folder / f"{path.stem}-{file_sha256(path)[:12]}{path.suffix}"
+    if dest.exists() and sha256_file(dest) != sha256_file(path):
+        dest = folder / f"{path.stem}-{sha256_file(path)[:12]}{path.suffix}"
     if not dest.exists():
         tmp = dest.with_suffix(dest.suffix + ".tmp")
         shutil.copyfile(path, tmp)

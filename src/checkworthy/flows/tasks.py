@@ -122,7 +122,7 @@ def score_task(spec: str, claim_ids: list[int], params: dict[str, Any], db_url: 
                guidelines: str | None = None, echo: bool = False) -> list[dict[str, Any]]:
     """Score the claims lacking a score under this model (a ``models:`` spec of params) and prompt;
     return the score keys."""
-    scorer, prompt = configured_scorer(params, spec, guidelines=guidelines)
+    scorer, prompt = configured_scorer(params, spec, **({"guidelines": guidelines} if guidelines else {}))
     keys = score_claims(engine_for(db_url), scorer, claim_ids, prompt,
                         chunk_size=model_options(params, spec).get("chunk_size", 96),
                         echo=lambda m: say(m, echo),

@@ -25,9 +25,8 @@ from sqlalchemy import Connection, Engine
 
 from checkworthy.config import ROOT
 from checkworthy.data import validation
-from checkworthy.data.datasets import load_dataset
+from checkworthy.data.datasets import load_dataset, sha256_file
 from checkworthy.data.label_files import LabelRow, label_files_in, read_claims_csv, read_label_csv, set_aside
-from checkworthy.data.versioning import file_sha256
 from checkworthy.errors import DataError
 from checkworthy.store import label_updates as history
 from checkworthy.store import lineages as lineage_store
@@ -133,12 +132,14 @@ def refuse_label_file(engine: Engine, path: Path, repo: Path, reason: str,
     """Record a refused label file (status 'rejected', with the reason) and move it out of
     ``data/labels/`` so the watch deployment never tries it again; return where it went."""
     path = Path(path)
-    n_rows = max(0, sum(1 for _ in path.open("rb")) - 1)
+    sha = sha256_file(path)
+    with path.open("rb") as fh:  # physical lines: the file may not parse at all
+        n_rows = max(0, sum(1 for _ in fh) - 1)
     with engine.begin() as conn:
         lineage_store.lock_labels(conn)
-        if history.find_update(conn, file_sha256(path)) is None:
-            history.insert_update(conn, file_sha256(path), str(path), f"file:{path.name}", "rejected",
-                                  n_rows, 0, data_version_id, reason)
+        if history.find_update(conn, sha) is None:
+            history.insert_update(conn, sha, str(path), f"file:{path.name}", "rejected", n_rows, 0,
+                                  data_version_id, reason)
     return set_aside(path, repo)
 
 
@@ -149,7 +150,7 @@ def apply_label_file(
     """Validate and apply one label file in one transaction; the same bytes are considered once."""
     path = Path(path)
     rows = read_label_csv(path)
-    sha = file_sha256(path)
+    sha = sha256_file(path)
     bounds = bounds or validation.Bounds()
     source = source or f"file:{path.name}"
     with engine.begin() as conn:
@@ -226,8 +227,9 @@ def pending_label_files(conn: Connection, repo: Path = ROOT) -> list[Path]:
     files = label_files_in(repo)
     if not files:
         return []
-    seen = history.known_update_files(conn, [file_sha256(p) for p in files])
-    return [p for p in files if file_sha256(p) not in seen]
+    shas = {p: sha256_file(p) for p in files}
+    seen = history.known_update_files(conn, list(shas.values()))
+    return [p for p in files if shas[p] not in seen]
 
 
 def store_file_claims(conn: Connection, claims: Sequence[store.NewClaim], source: str) -> list[int]:

@@ -9,7 +9,6 @@ store, embeddings and SQL kNN as the main job.
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import Engine
 
+from checkworthy.data.datasets import sha256_file
 from checkworthy.data.user_csv import id_and_text, read_rows
 from checkworthy.errors import DataError
 from checkworthy.method import metrics
@@ -77,10 +77,6 @@ def _check_consistent_scores(files: Sequence[tuple[Path, list[Row]]]) -> None:
                                 f"the same text has score {prev[2]} at {prev[0]} line {prev[1]}")
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 @dataclass
 class CalibrateOutcome:
     """What ``checkworthy calibrate`` produced."""
@@ -105,8 +101,8 @@ def calibrate_files(
     _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
     if k > len(lab):
         raise DataError(labeled, None, None, f"k={k} exceeds the {len(lab)} labelled rows")
-    ds_l, ds_u = f"upload:{_sha(labeled)[:16]}", f"upload:{_sha(unlabeled)[:16]}"
-    params = {"labeled_sha256": _sha(labeled), "unlabeled_sha256": _sha(unlabeled)}
+    params = {"labeled_sha256": sha256_file(labeled), "unlabeled_sha256": sha256_file(unlabeled)}
+    ds_l, ds_u = f"upload:{params['labeled_sha256'][:16]}", f"upload:{params['unlabeled_sha256'][:16]}"
     with engine.begin() as conn:
         l_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_l, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labeled}")

@@ -46,7 +46,7 @@ def model_options(params: Mapping[str, Any], spec: str) -> dict[str, Any]:
 
 def configured_scorer(params: Mapping[str, Any], spec: str, **overrides: Any) -> tuple[Scorer, PromptInfo]:
     """The scorer of ``spec`` with its options from params, then ``overrides`` (e.g. guidelines)."""
-    options = model_options(params, spec) | {k: v for k, v in overrides.items() if v is not None}
+    options = model_options(params, spec) | overrides
     factory = FACTORIES.get(spec.partition(":")[0], make_scorer)
     return factory(spec, **options)
 
