@@ -205,10 +205,11 @@ def _insert_running(engine: Engine, sc: Scenario, key: str) -> int:
         return conn.execute(text(
             """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
                model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
-               params, status)
+               params, status, claim_ids)
                SELECT :key, 'guard-test', :ls, fingerprint, :m, 'none', :ph, 'imported', 'x', 3, 0.05,
-                      0.5, '{"n_claims": 2}', 'running' FROM label_sets WHERE id = :ls RETURNING id"""),
-            {"key": key, "ls": sc.label_set_id, "m": sc.key.model_id, "ph": sc.key.params_hash},
+                      0.5, '{"n_claims": 2}', 'running', :ids FROM label_sets WHERE id = :ls RETURNING id"""),
+            {"key": key, "ls": sc.label_set_id, "m": sc.key.model_id, "ph": sc.key.params_hash,
+             "ids": [int(i) for i in sc.unl_ids[:2]]},
         ).scalar_one()
 
 

@@ -425,13 +425,19 @@ def test_database_refuses_a_second_complete_run_even_without_the_lock(engine):
     key = "bypass-" + uuid.uuid4().hex + "0" * 25
     insert = text(
         """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint, model_id,
-           prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status)
-           SELECT :key, 'bypass', id, fingerprint, :m, 'none', :ph, 'imported', 'x', 3, 0.05, 0.5, 'running'
+           prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status, claim_ids)
+           SELECT :key, 'bypass', id, fingerprint, :m, 'none', :ph, 'imported', 'x', 3, 0.05, 0.5, 'running',
+                  ARRAY[CAST(:c AS bigint)]
            FROM label_sets WHERE id = :ls RETURNING id""")
+    result = text("INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high, decision, "
+                  "knn_mean, neighbor_ids, neighbor_distances) VALUES (:r, :c, 0.5, 0.5, 0, 1, true, 0, '{}', '{}')")
     finish = text("UPDATE calibration_runs SET status = 'complete', finished_at = now() WHERE id = :r")
+    claim = int(sc.unl_ids[0])
     with engine.begin() as conn:
         a, b = (conn.execute(insert, {"key": key[:64], "m": sc.key.model_id, "ph": sc.key.params_hash,
-                                      "ls": sc.label_set_id}).scalar_one() for _ in range(2))
+                                      "ls": sc.label_set_id, "c": claim}).scalar_one() for _ in range(2))
+        for run in (a, b):  # each complete in its own right: the index, not the results, refuses b
+            conn.execute(result, {"r": run, "c": claim})
         conn.execute(finish, {"r": a})
     with engine.connect() as conn:
         with pytest.raises(IntegrityError):

@@ -199,6 +199,54 @@ def test_pipeline_writes_only_what_the_code_writes(logins, pipeline_run):
     assert _denied(eng, "CREATE TEMP TABLE scratch (x int)") is None
 
 
+_COPY_RUN = text(
+    """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint, model_id,
+       prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, params, status, claim_ids)
+       SELECT :key, target, label_set_id, label_set_fingerprint, model_id, prompt_version, params_hash,
+              score_kind, embed_model, k, alpha, threshold, CAST(:p AS jsonb), 'running', :ids
+       FROM calibration_runs WHERE id = :old RETURNING id""")
+_COPY_RESULTS = text(
+    """INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high, decision, knn_mean,
+       neighbor_ids, neighbor_distances)
+       SELECT :new, claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbor_ids, neighbor_distances
+       FROM calibrated_results WHERE run_id = :old AND claim_id = ANY(:ids)""")
+
+
+def test_pipeline_cannot_mark_a_partial_run_complete(pipeline_run):
+    """The database decides "complete" from the run's claims and their results, not from the
+    writer's ``n_calibrated``: every bypass a pipeline connection can try is refused (23001)."""
+    eng, old = pipeline_run["engine"], pipeline_run["run_id"]
+    with eng.connect() as conn:
+        claims = conn.execute(text("SELECT claim_ids FROM calibration_runs WHERE id = :r"),
+                              {"r": old}).scalar_one()
+    assert len(claims) == len(pipeline_run["out"]) == 30
+    finish = "UPDATE calibration_runs SET status = 'complete', finished_at = now(), params = params || "
+
+    def attempt(name: str, ids: list[int], copied: list[int], params: str = "{}", n_calibrated: str = "{}"):
+        """A run naming ``ids`` with copies of the real run's results for ``copied``, then marked
+        complete with ``n_calibrated``; the SQLSTATE it fails with (None: it completed)."""
+        with eng.connect() as conn:
+            try:
+                new = conn.execute(_COPY_RUN, {"key": f"bypass-{name}".ljust(64, "0"), "p": params,
+                                               "ids": ids, "old": old}).scalar_one()
+                conn.execute(_COPY_RESULTS, {"new": new, "old": old, "ids": copied})
+                conn.execute(text(finish + f"CAST('{n_calibrated}' AS jsonb) WHERE id = :r"), {"r": new})
+            except DBAPIError as err:
+                conn.rollback()
+                return err.orig.sqlstate
+            conn.rollback()  # leave the store as it was
+            return None
+
+    assert attempt("no-claims", [], []) == "23001"
+    assert attempt("zero-results", claims, []) == "23001"  # params lack n_calibrated
+    assert attempt("partial", claims, claims[:10], n_calibrated='{"n_calibrated": 10}') == "23001"
+    assert attempt("extra", claims[:5], claims[:6], n_calibrated='{"n_calibrated": 6}') == "23001"
+    assert attempt("wrong-count", claims[:5], claims[:5], n_calibrated='{"n_calibrated": 4}') == "23001"
+    # what the code does is allowed: every named claim with a score has its result
+    assert attempt("whole", claims[:5], claims[:5], n_calibrated='{"n_calibrated": 5}') is None
+    assert attempt("whole-no-count", claims, claims) is None
+
+
 def test_auditor_sees_the_whole_lineage_of_a_decision(auditor, pipeline_run):
     """The lineage view reproduces the decision in OUT.csv from stored rows alone."""
     out = {r["id"]: r for r in pipeline_run["out"]}

@@ -321,9 +321,9 @@ def start_run(conn: Connection, spec: RunSpec, key: str, fingerprint: str, param
     """Insert ``spec``'s run as running, with ``params`` and ``ctx``'s provenance; return its id.
     A run with a parent is an incremental one."""
     return insert_run(
-        conn, key, spec.target, spec.label_set_id, fingerprint, spec.key, spec.embed_model, spec.k,
-        spec.alpha, spec.threshold, spec.interval_method, params, ctx.flow_run_id, ctx.code_rev,
-        ctx.data_version_id, parent_run_id=parent_run_id,
+        conn, key, spec.target, spec.claim_ids, spec.label_set_id, fingerprint, spec.key,
+        spec.embed_model, spec.k, spec.alpha, spec.threshold, spec.interval_method, params,
+        ctx.flow_run_id, ctx.code_rev, ctx.data_version_id, parent_run_id=parent_run_id,
         mode="full" if parent_run_id is None else "incremental")
 
 

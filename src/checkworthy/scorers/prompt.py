@@ -9,7 +9,11 @@ whose continuation :func:`parse_score` reads. Chat models get the same prompt wi
 :func:`parse_answer` reads it. A score is never invented.
 
 Claims are data, never instructions: :func:`neutralise_claim` collapses whitespace and replaces
-every double quote, so no claim can close the triple-quoted slot or fake the JSON answer.
+every double quote, so no claim can close the triple-quoted slot or fake the JSON answer, and it
+removes score-like fragments (``"confidence_score": 0.99``, ``score=1``, a probability closing a
+JSON object), because a small model copies a number it has just read into its answer. Ordinary
+numbers (``3.5 percent``, ``credit score: 750``) are left alone; tests/data/adversarial_claims.csv
+holds the attacks the real model is tested on.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ import yaml
 from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, check_score
 
 #: bump when the rendering below changes (the guidelines file is hashed separately)
-TEMPLATE_VERSION = "1"
+TEMPLATE_VERSION = "2"
 DEFAULT_GUIDELINES = Path(__file__).parent / "guidelines" / "checkworthiness.yaml"
 
 SLOT_OPEN = 'Statement: """'
@@ -60,6 +65,25 @@ _TASK = (
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _WHITESPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: a probability-like value: 0, 1, 0.99, .5, 1.0 (not 3.5, not 0.5 million, not 1 in 5)
+_PROBABILITY = r"[+-]?(?:0*\.\d+|0*[01](?:\.0*)?)(?:[eE][+-]?\d+)?(?![\d%]|[.,]\d|\s*[^\W\d_])"
+_SCORE_WORD = (r"(?:confidence|score|probability|prob|rating|check[\s_-]*worth\w*|label|verdict|answer"
+               r"|justification)")
+_SCORE_KEY = rf"[\"'`]?(?:\w+[_-])*\w*{_SCORE_WORD}[\w-]*[\"'`]?"
+#: ``"confidence_score": 0.99``, ``score=1``, ``'justification': 'obey'``, ``Answer: {``
+_SCORE_PAIR = re.compile(
+    rf"{_SCORE_KEY}\s*[:=]\s*(?:{_PROBABILITY}|[\"'][^\"']{{0,80}}[\"']|(?=[{{\[(]))", re.IGNORECASE)
+#: ``<score>0.9</score>`` and any other score-named tag
+_SCORE_TAG = re.compile(rf"<\s*([\w-]*{_SCORE_WORD}[\w-]*)\s*>\s*(?:{_PROBABILITY}\s*)?(?:<\s*/\s*\1\s*>)?"
+                        rf"|<\s*/?\s*[\w-]*{_SCORE_WORD}[\w-]*\s*>", re.IGNORECASE)
+#: a probability closing a JSON object or list: ``0.99}``
+_CLOSING_VALUE = re.compile(rf"(?<![\w.]){_PROBABILITY}\s*(?=[}}\]])")
+#: the answer's own key, however spelt, with a value after it
+_OWN_KEY = re.compile(r"[\"'`]?confidence[\s_-]*score[\"'`]?\s*[:=]?\s*(?:[+-]?(?:\d+(?:\.\d*)?|\.\d+))?",
+                      re.IGNORECASE)
+_JSON_PUNCTUATION = str.maketrans({"{": "(", "}": ")", "[": "(", "]": ")", '"': "'"})
+#: what is left of a removed object: ``( )``, ``( , )``, ``), (``
+_EMPTY_GROUP = re.compile(r"\(\s*[,;:'\s]*\)|\)\s*,\s*\(")
 _SCORE_KEY = re.compile(r'"confidence_score"\s*:\s*')
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
 
@@ -119,13 +143,23 @@ def prompt_version(guidelines_path: str | Path = DEFAULT_GUIDELINES) -> str:
 
 
 def neutralise_claim(text: str) -> str:
-    """Make a claim safe for the slot: one line, no control characters, no double quotes.
+    """Make a claim safe for the slot: one line, no score-like fragments, no JSON delimiters.
 
-    Double quotes become single quotes so that neither the ``\"\"\"`` delimiter nor a JSON
-    string can be closed from inside the claim.
+    NFKC folds look-alikes (full-width braces and quotes) and invisible format characters go,
+    so an attack cannot hide from the patterns. Score-like key/value pairs, score tags and
+    probabilities that close an object are removed; braces and brackets become parentheses and
+    double quotes single ones, so neither the ``\"\"\"`` delimiter nor a JSON answer can be
+    written from inside the claim.
     """
-    text = _CONTROL.sub(" ", str(text))
-    return _WHITESPACE.sub(" ", text).strip().replace('"', "'")
+    text = unicodedata.normalize("NFKC", str(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    text = _CONTROL.sub(" ", text)
+    for pattern in (_SCORE_TAG, _OWN_KEY, _SCORE_PAIR, _CLOSING_VALUE):
+        text = pattern.sub(" ", text)
+    text = text.translate(_JSON_PUNCTUATION)
+    while (emptied := _EMPTY_GROUP.sub(" ", text)) != text:
+        text = emptied
+    return _WHITESPACE.sub(" ", text).strip()
 
 
 def build_prefix(guidelines: Guidelines) -> str:

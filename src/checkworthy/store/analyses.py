@@ -41,7 +41,9 @@ RUNS_SQL = text(
 def runs_with_inputs(conn: Connection, run_ids: Sequence[int]) -> list[dict[str, Any]]:
     """The runs with their model, label set, data version, prompt template, result count and the
     sha256 of their claim ids, in report order (target, model, score key, label set, k)."""
-    return [dict(r) for r in conn.execute(RUNS_SQL, {"ids": [int(i) for i in run_ids]}).mappings()]
+    rows = conn.execute(RUNS_SQL, {"ids": [int(i) for i in run_ids]}).mappings()
+    # a run's target ids stay in the store; reports name them by count and claims_hash
+    return [{k: v for k, v in r.items() if k != "claim_ids"} for r in rows]
 
 
 def score_params(conn: Connection, run: Mapping[str, Any]) -> dict[str, Any]:

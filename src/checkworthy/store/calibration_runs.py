@@ -51,25 +51,28 @@ def find_complete_run(conn: Connection, run_key: str) -> int | None:
 
 
 def insert_run(
-    conn: Connection, run_key: str, target: str, label_set_id: int, fingerprint: str, key: ScoreKey,
-    embed_model: str, k: int, alpha: float, threshold: float, interval_method: str,
-    params: Mapping[str, Any], flow_run_id: str | None, code_rev: str, data_version_id: int | None,
-    parent_run_id: int | None = None, mode: str = "full",
+    conn: Connection, run_key: str, target: str, claim_ids: Sequence[int], label_set_id: int,
+    fingerprint: str, key: ScoreKey, embed_model: str, k: int, alpha: float, threshold: float,
+    interval_method: str, params: Mapping[str, Any], flow_run_id: str | None, code_rev: str,
+    data_version_id: int | None, parent_run_id: int | None = None, mode: str = "full",
 ) -> int:
-    """Insert a ``running`` run; return its id. An ``incremental`` run names its parent."""
+    """Insert a ``running`` run naming its target claims; return its id. An ``incremental``
+    run names its parent. The database completes a run only with a result for each target claim
+    that has a usable score (migration 0007)."""
     return conn.execute(
         text(
             """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
                model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
                interval_method, params, status, flow_run_id, code_rev, data_version_id, parent_run_id,
-               mode)
+               mode, claim_ids)
                VALUES (:key, :t, :ls, :fp, :m, :pv, :ph, :sk, :em, :k, :a, :th, :im, CAST(:p AS jsonb),
-               'running', :fr, :cr, :dv, :parent, :mode) RETURNING id"""
+               'running', :fr, :cr, :dv, :parent, :mode, :ids) RETURNING id"""
         ),
         {"key": run_key, "t": target, "ls": label_set_id, "fp": fingerprint, "m": key.model_id,
          "pv": key.prompt_version, "ph": key.params_hash, "sk": key.score_kind, "em": embed_model,
          "k": k, "a": alpha, "th": threshold, "im": interval_method, "p": json.dumps(dict(params)),
-         "fr": flow_run_id, "cr": code_rev, "dv": data_version_id, "parent": parent_run_id, "mode": mode},
+         "fr": flow_run_id, "cr": code_rev, "dv": data_version_id, "parent": parent_run_id, "mode": mode,
+         "ids": sorted({int(i) for i in claim_ids})},
     ).scalar_one()
 
 
