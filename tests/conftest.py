@@ -77,10 +77,10 @@ def use_db(db_url, engine, monkeypatch):
 
 
 def table_counts(engine) -> dict[str, int]:
-    """Row counts of every table, to show that a failed command wrote nothing."""
+    """Row counts of every table of the schema, to show that a failed command wrote nothing."""
     from sqlalchemy import text
 
-    tables = ["texts", "claims", "labels", "embeddings", "models", "predictions", "label_sets",
-              "label_set_items", "calibration_runs", "calibrated_results", "evaluation_metrics"]
     with engine.connect() as conn:
-        return {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in tables}
+        tables = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                                   "ORDER BY tablename")).scalars().all()
+        return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables}

@@ -4,6 +4,7 @@ import csv
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
@@ -74,39 +75,20 @@ def test_unlabelled_file_without_label_column(use_db, tmp_path, claims):
     assert len(out.read_text().splitlines()) == 11
 
 
-BAD = {
-    "missing column": (["id", "text", "score"], lambda rows: [r[:3] for r in rows], "L", "label", 1),
-    "label not 0/1": (None, lambda rows: [rows[0], (*rows[1][:3], 2), *rows[2:]], "L", "label", 3),
-    "score above 1": (None, lambda rows: [rows[0], rows[1], (rows[2][0], rows[2][1], 1.5, 1), *rows[3:]],
-                      "L", "score", 4),
-    "score not a number": (None, lambda rows: [(rows[0][0], rows[0][1], "high", 0), *rows[1:]], "L", "score", 2),
-    "duplicate id": (None, lambda rows: [*rows[:5], (rows[0][0], *rows[5][1:]), *rows[6:]], "L", "id", 7),
-    "empty text": (None, lambda rows: [*rows[:3], (rows[3][0], "   ", *rows[3][2:]), *rows[4:]], "L", "text", 5),
-}
-
-
-@pytest.mark.parametrize("case", list(BAD))
-def test_bad_input_names_file_row_field_and_writes_nothing(use_db, tmp_path, claims, capsys, case):
-    header, mutate, which, field, line = BAD[case]
-    lab = write(tmp_path / "L.csv", header or ["id", "text", "score", "label"], mutate(claims[:70]))
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:]])
-    before = table_counts(use_db)
-    code = main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3",
-                 "--out", str(tmp_path / "o.csv")])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert str(lab) in err and f"row {line}" in err and f"field '{field}'" in err
-    assert table_counts(use_db) == before
-    assert not (tmp_path / "o.csv").exists()
-
-
-def test_bad_unlabelled_score_is_reported_against_u(use_db, tmp_path, claims, capsys):
+def test_a_u_claim_with_the_text_of_an_l_claim_is_said_and_minus_zero_is_zero(use_db, tmp_path, claims, capsys):
+    """Kept (its nearest neighbour is its labelled copy, at distance 0) and said on stderr and in
+    the run's params; a score written ``-0`` is read and written as 0."""
     lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    bad = [c[:3] for c in claims[70:75]] + [(claims[75][0], claims[75][1], "-0.1")]
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], bad)
-    before = table_counts(use_db)
-    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3",
-                 "--out", str(tmp_path / "o.csv")]) == 2
-    err = capsys.readouterr().err
-    assert str(unl) in err and "row 7" in err and "field 'score'" in err
-    assert table_counts(use_db) == before
+    copy = ("again", claims[3][1], claims[3][2])
+    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [copy, (claims[80][0], claims[80][1], "-0")])
+    out = tmp_path / "o.csv"
+    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("note: 1 claims of") and "row 2" in err and "distance 0" in err, err
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = {r["id"]: r for r in csv.DictReader(fh)}
+    assert rows["again"]["neighbors"].split(";")[0] == claims[3][0]
+    assert rows[claims[80][0]]["score"] in ("0", "0.0")
+    with use_db.connect() as conn:
+        params = conn.execute(text("SELECT params FROM calibration_runs ORDER BY id DESC LIMIT 1")).scalar_one()
+    assert params["n_unlabeled_in_labeled"] == 1

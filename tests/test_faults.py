@@ -444,3 +444,41 @@ def test_database_refuses_a_second_complete_run_even_without_the_lock(engine):
             conn.execute(finish, {"r": b})
         conn.rollback()
 
+
+
+# ------------------------------------------------------------------ the embedded server's leftovers
+
+
+def test_a_stale_postmaster_pid_naming_a_live_process_gets_a_hint(tmp_path):
+    """A killed server's postmaster.pid whose pid now belongs to another process: the command
+    stops with one line saying what to do, not "connection refused", and touches nothing."""
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        (pgdata / "postmaster.pid").write_text(f"{other.pid}\n{pgdata}\n1700000000\n5432\n/tmp\n\n0 0\nready\n")
+        proc = subprocess.run(
+            [sys.executable, "-m", "checkworthy.cli.main", "explain", "1"], cwd=ROOT, capture_output=True,
+            text=True, timeout=120,
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CHECKWORTHY_PGDATA": str(pgdata)})
+    finally:
+        other.kill()
+        other.wait()
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and f"pid {other.pid}" in line and "'sleep'" in line
+    assert "remove" in line and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in pgdata.iterdir()) == ["postmaster.pid"]
+
+
+def test_pids_of_killed_processes_are_dropped_from_the_server_handles(tmp_path):
+    """The wheel stops the server when the last process using it exits; a killed process never
+    removes its pid, so it is dropped before the next process joins."""
+    from checkworthy.store.engine import drop_dead_handles
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    handles = tmp_path / ".handle_pids.json"
+    handles.write_text(json.dumps([os.getpid(), gone.pid]))
+    drop_dead_handles(tmp_path)
+    assert json.loads(handles.read_text()) == [os.getpid()]

@@ -20,7 +20,9 @@ import io
 import random
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,11 @@ BYO_CASES: dict[str, tuple[bytes, int, str | None, str | None]] = {
     "score infinite": (good_with(4, "a5,Crime doubled.,inf,1"), 6, "score", None),
     "score with a comma decimal": (good_with(4, 'a5,Crime doubled.,"0,72",1'), 6, "score", None),
     "score above 1": (good_with(4, "a5,Crime doubled.,1.01,1"), 6, "score", None),
+    "score in Arabic-Indic digits": (good_with(4, "a5,Crime doubled.,\u0660.\u0667,1"), 6, "score", None),
+    "score in full-width digits": (good_with(4, "a5,Crime doubled.,\uff10.\uff17,1"), 6, "score", None),
+    "score with an underscore": (good_with(4, "a5,Crime doubled.,0_7,1"), 6, "score", None),
+    "score in hexadecimal": (good_with(4, "a5,Crime doubled.,0x1,1"), 6, "score", None),
+    "score below 0": (good_with(4, "a5,Crime doubled.,-0.2,1"), 6, "score", None),
     "label 2": (good_with(5, "a6,Thank you.,0.05,2"), 7, "label", None),
     "label -1": (good_with(5, "a6,Thank you.,0.05,-1"), 7, "label", None),
     "label yes": (good_with(5, "a6,Thank you.,0.05,yes"), 7, "label", None),
@@ -133,33 +140,6 @@ def _u_file(tmp_path: Path) -> Path:
     return u
 
 
-CLI_CASES = ["latin-1 bytes", "NUL byte in a text", "empty file", "missing column", "unclosed quote",
-             "huge field", "score not a number", "label 2", "duplicate id", "row with a missing field"]
-
-
-@pytest.mark.parametrize("case", CLI_CASES)
-@pytest.mark.parametrize("which", ["labeled", "unlabeled"])
-def test_calibrate_cli_refuses_bad_files_and_writes_nothing(use_db, tmp_path, capsys, case, which):
-    data, row, _, _ = BYO_CASES[case]
-    good_l = tmp_path / "L.csv"
-    good_l.write_bytes(csv_bytes(*GOOD_ROWS))
-    u = _u_file(tmp_path)
-    bad = tmp_path / f"bad-{which}.csv"
-    if which == "unlabeled" and case == "missing column":  # U may lack label, never score
-        data = csv_bytes("u1,x,1", header="id,text,label")
-    bad.write_bytes(data)  # U may carry labels: every other case is malformed for U as well
-    args = {"labeled": good_l, "unlabeled": u} | {which: bad}
-    out = tmp_path / "OUT.csv"
-    before = table_counts(use_db)
-    code = main(["calibrate", "--labeled", str(args["labeled"]), "--unlabeled", str(args["unlabeled"]),
-                 "--k", "2", "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code != 0
-    assert str(bad) in err and "row " in err, err
-    assert table_counts(use_db) == before
-    assert not out.exists()
-
-
 @pytest.mark.parametrize("case", ["score not a number", "NUL byte in a text"])
 def test_calibrate_process_exits_non_zero(db_url, tmp_path, case):
     """The real process: exit status, message on stderr, no traceback."""
@@ -191,38 +171,6 @@ BAD_OPTIONS = {
     "out is a directory": (["--out", "{tmp}"], "--out"),
     "out in a missing directory": (["--out", "{tmp}/no/such/OUT.csv"], "--out"),
 }
-
-
-@pytest.mark.parametrize("case", BAD_OPTIONS)
-def test_calibrate_refuses_bad_options_before_anything_is_written(use_db, tmp_path, capsys, case):
-    """One line naming the option; the store, the input files and the output path untouched."""
-    good_l = tmp_path / "L.csv"
-    good_l.write_bytes(csv_bytes(*GOOD_ROWS))
-    u = _u_file(tmp_path)
-    inputs = {p: p.read_bytes() for p in (good_l, u)}
-    extra, option = BAD_OPTIONS[case]
-    extra = [a.format(U=u, L=good_l, tmp=tmp_path) for a in extra]
-    out = tmp_path / "OUT.csv"
-    args = {"--k": "2", "--out": str(out)}
-    argv = ["calibrate", "--labeled", str(good_l), "--unlabeled", str(u)]
-    argv += [a for key, value in args.items() if not any(e.startswith(key) for e in extra) for a in (key, value)]
-    before = table_counts(use_db)
-    assert main(argv + extra) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert option in err and "Traceback" not in err, err
-    assert table_counts(use_db) == before
-    assert {p: p.read_bytes() for p in inputs} == inputs
-    assert not out.exists() and not list(tmp_path.glob("*.tmp"))
-
-
-def test_score_refuses_to_overwrite_its_input(use_db, tmp_path, capsys):
-    inp = tmp_path / "in.csv"
-    inp.write_text("id,text\na,Prices rose 5 percent.\n", encoding="utf-8")
-    before = table_counts(use_db)
-    code = main(["score", "--model", "embedded:gemma3-270m", "--input", str(inp), "--out", str(inp),
-                 "--params", ""])
-    assert code == 2 and "--out" in capsys.readouterr().err
-    assert table_counts(use_db) == before and inp.read_text(encoding="utf-8").startswith("id,text")
 
 
 def test_explain_refuses_a_malformed_claim_id(capsys):
@@ -265,38 +213,11 @@ def test_label_file_names_file_row_and_field(tmp_path, case):
     assert_refused(read_label_csv, tmp_path / "labels.csv", data, row, field)
 
 
-def test_labels_add_refuses_a_bad_file_and_writes_nothing(use_db, tmp_path, capsys):
-    path = tmp_path / "labels.csv"
-    path.write_bytes(LABEL_CASES["unclosed quote"][0])
-    before = table_counts(use_db)
-    assert main(["labels", "add", str(path)]) != 0
-    err = capsys.readouterr().err
-    assert str(path) in err and "row 3" in err and "field 'source'" in err, err
-    assert table_counts(use_db) == before
-
-
 #: label files that parse but name claims the store cannot take: refused before data/labels/
 STORE_LABEL_CASES = {
     "unknown claim id": (b"id,dataset,label\nno-such-id,clef2024,1\n", "no-such-id"),
     "unknown dataset and no text": (b"id,dataset,label\n7,nowhere,1\n", "nowhere"),
 }
-
-
-@pytest.mark.parametrize("case", STORE_LABEL_CASES)
-def test_labels_add_refuses_unknown_claims_before_copying(use_db, tmp_path, capsys, case):
-    """Checked against the store first: nothing copied to data/labels/, versioned or stored."""
-    data, named = STORE_LABEL_CASES[case]
-    path = tmp_path / "labels.csv"
-    path.write_bytes(data)
-    labels_dir = ROOT / "data" / "labels"
-    listing = sorted(p.name for p in labels_dir.rglob("*")) if labels_dir.exists() else []
-    dvc_file = (ROOT / "data.dvc").read_bytes()
-    before = table_counts(use_db)
-    assert main(["labels", "add", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert str(path) in err and named in err and "field 'id'" in err, err
-    assert table_counts(use_db) == before and (ROOT / "data.dvc").read_bytes() == dvc_file
-    assert (sorted(p.name for p in labels_dir.rglob("*")) if labels_dir.exists() else []) == listing
 
 
 # ---------------------------------------------------------------- `checkworthy score`
@@ -359,29 +280,6 @@ def test_imported_score_file_names_file_row_and_field(tmp_path, case):
     check_error(info.value, path, row, field)
 
 
-@pytest.mark.parametrize("case", ["latin-1 bytes", "NUL byte", "empty file", "missing column",
-                                  "unclosed quote", "huge field", "duplicate id"])
-@pytest.mark.parametrize("which", ["input", "scores"])
-def test_score_cli_refuses_bad_files_and_writes_nothing(use_db, tmp_path, capsys, case, which):
-    good_in = tmp_path / "in.csv"
-    good_in.write_bytes(csv_bytes(*IN_ROWS, header=IN_HEADER))
-    good_scores = tmp_path / "scores.csv"
-    good_scores.write_bytes(_score_file_bytes(csv_bytes(*IN_ROWS, header=IN_HEADER)))
-    bad = tmp_path / f"bad-{which}.csv"
-    data = SCORE_INPUT_CASES[case][0]
-    bad.write_bytes(data if which == "input" else _score_file_bytes(data))
-    files = {"input": good_in, "scores": good_scores} | {which: bad}
-    out = tmp_path / "OUT.csv"
-    before = table_counts(use_db)
-    code = main(["score", "--params", "", "--model", f"file:{files['scores']}",
-                 "--input", str(files["input"]), "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code != 0
-    assert str(bad) in err and "row " in err, err
-    assert table_counts(use_db) == before
-    assert not out.exists()
-
-
 def test_non_numeric_imported_scores_are_stored_failures_not_guesses():
     """By design a bad score *cell* is data: kept with its raw text, never turned into a number."""
     from checkworthy.scorers.file_scorer import parse_cell
@@ -389,6 +287,125 @@ def test_non_numeric_imported_scores_are_stored_failures_not_guesses():
     assert [parse_cell(c) for c in ("abc", "nan", "0,7", "", "1.2", "-0.1", "inf", "0.25")] == [
         (None, "not_a_number"), (None, "not_a_number"), (None, "not_a_number"), (None, "unparseable"),
         (None, "out_of_range"), (None, "out_of_range"), (None, "not_a_number"), (0.25, "ok")]
+
+
+# ---------------------------------------------------------------- every command, end to end
+
+#: good inputs each case starts from; a case replaces one of them (or an option)
+GOOD_FILES = {
+    "L": csv_bytes(*GOOD_ROWS),
+    "U": csv_bytes("u1,Prices went up 12 percent in March.,0.7", "u2,Good evening everyone.,0.1",
+                   header="id,text,score"),
+    "IN": csv_bytes(*IN_ROWS, header=IN_HEADER),
+    "SC": _score_file_bytes(csv_bytes(*IN_ROWS, header=IN_HEADER)),
+    "LAB": b"id,dataset,label\n101,clef2024,1\n",
+}
+CALIBRATE = ["calibrate", "--labeled", "{L}", "--unlabeled", "{U}", "--k", "2", "--out", "{OUT}"]
+SCORE = ["score", "--params", "", "--model", "file:{SC}", "--input", "{IN}", "--out", "{OUT}"]
+LABELS_ADD = ["labels", "add", "{LAB}"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command line (placeholders: the files of GOOD_FILES, OUT, tmp), the files it replaces,
+    and what its one error line must name."""
+
+    argv: list[str]
+    files: dict[str, bytes] = field(default_factory=dict)
+    named: str = ""
+
+
+def _with_option(argv: list[str], option: str, *values: str) -> list[str]:
+    """``argv`` without ``option`` and its value, then ``values`` (``--k 3`` or ``--k=3``)."""
+    out, skip = [], 0
+    for a in argv:
+        if skip:
+            skip -= 1
+            continue
+        if a == option:
+            skip = 1
+            continue
+        out.append(a)
+    return out + list(values)
+
+
+def _command_cases() -> dict[str, Case]:
+    cases: dict[str, Case] = {}
+    for name, (data, *_rest) in BYO_CASES.items():
+        cases[f"calibrate L: {name}"] = Case(CALIBRATE, {"L": data}, "{L}")
+        if name != "missing column":  # U need not have labels; every other case is bad for U too
+            cases[f"calibrate U: {name}"] = Case(CALIBRATE, {"U": data}, "{U}")
+    cases["calibrate U: no score column"] = Case(CALIBRATE, {"U": csv_bytes("u1,x,1", header="id,text,label")},
+                                                 "{U}")
+    for name, (extra, option) in BAD_OPTIONS.items():
+        cases[f"calibrate option: {name}"] = Case(_with_option(CALIBRATE, option, *extra), named=option)
+    cases["calibrate option: unknown interval"] = Case([*CALIBRATE, "--interval", "wide"], named="wide")
+    cases["calibrate option: unknown correction"] = Case([*CALIBRATE, "--correction", "magic"], named="magic")
+    cases["calibrate option: k above the labelled rows"] = Case(_with_option(CALIBRATE, "--k", "--k", "50"),
+                                                                named="k=50")
+    cases["calibrate: labelled file missing"] = Case(_with_option(CALIBRATE, "--labeled", "--labeled",
+                                                                  "{tmp}/nope.csv"), named="nope.csv")
+    cases["calibrate: unlabelled path is a directory"] = Case(_with_option(CALIBRATE, "--unlabeled",
+                                                                           "--unlabeled", "{tmp}"), named="{tmp}")
+    for name, (data, *_rest) in SCORE_INPUT_CASES.items():
+        cases[f"score input: {name}"] = Case(SCORE, {"IN": data}, "{IN}")
+        if name not in ("UTF-16 file", "extra field", "missing field"):
+            cases[f"score file: {name}"] = Case(SCORE, {"SC": _score_file_bytes(data)}, "{SC}")
+    for name, (args, named) in {
+        "out is the input": (_with_option(SCORE, "--out", "--out", "{IN}"), "--out"),
+        "out is a directory": (_with_option(SCORE, "--out", "--out", "{tmp}"), "--out"),
+        "out in a missing directory": (_with_option(SCORE, "--out", "--out", "{tmp}/no/OUT.csv"), "--out"),
+        "chunk size 0": ([*SCORE, "--chunk-size", "0"], "--chunk-size"),
+        "params file missing": (_with_option(SCORE, "--params", "--params", "{tmp}/none.yaml"), "--params"),
+        "unknown model kind": (_with_option(SCORE, "--model", "--model", "nosuch:model"), "nosuch"),
+        "model file missing": (_with_option(SCORE, "--model", "--model", "file:{tmp}/none.csv"), "none.csv"),
+        "option without a value": ([*SCORE, "--opt", "temperature"], "temperature"),
+        "input missing": (_with_option(SCORE, "--input", "--input", "{tmp}/none.csv"), "none.csv"),
+    }.items():
+        cases[f"score option: {name}"] = Case(args, named=named)
+    for name, (data, *_rest) in LABEL_CASES.items():
+        cases[f"labels add: {name}"] = Case(LABELS_ADD, {"LAB": data}, "{LAB}")
+    for name, (data, named) in STORE_LABEL_CASES.items():
+        cases[f"labels add: {name}"] = Case(LABELS_ADD, {"LAB": data}, named)
+    cases["labels add: no such file"] = Case(["labels", "add", "{tmp}/none.csv"], named="none.csv")
+    cases["labels add: a directory"] = Case(["labels", "add", "{tmp}"], named="{tmp}")
+    return cases
+
+
+COMMAND_CASES = _command_cases()
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_command_suite_covers_every_command():
+    """At least 80 distinct bad inputs and options across the commands that take them."""
+    by_command = Counter(name.split(" ")[0].rstrip(":") for name in COMMAND_CASES)
+    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "score", "labels"}, by_command
+
+
+@pytest.mark.parametrize("case", COMMAND_CASES)
+def test_every_command_refuses_bad_input_before_writing(use_db, tmp_path, capsys, case):
+    """Exit 2 with one line naming the file and row, or the option; the store's row counts,
+    data/, data.dvc and the input files unchanged; no output, no temporary file."""
+    spec = COMMAND_CASES[case]
+    paths = {}
+    for key, data in (GOOD_FILES | spec.files).items():
+        paths[key] = tmp_path / f"{key}.csv"
+        paths[key].write_bytes(data)
+    subs = {k: str(v) for k, v in paths.items()} | {"OUT": str(tmp_path / "OUT.csv"), "tmp": str(tmp_path)}
+    argv = [a.format(**subs) for a in spec.argv]
+    before = (table_counts(use_db), _tree(ROOT / "data"), (ROOT / "data.dvc").read_bytes(), _tree(tmp_path))
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err)
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert spec.named.format(**subs) in err, err
+    after = (table_counts(use_db), _tree(ROOT / "data"), (ROOT / "data.dvc").read_bytes(), _tree(tmp_path))
+    assert after == before
 
 
 # ---------------------------------------------------------------- the dataset loaders

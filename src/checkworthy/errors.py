@@ -56,3 +56,8 @@ class DataError(ValueError):
 class StoreBusy(RuntimeError):
     """Another session has held a lock the command needs for longer than it waits: nothing was
     written; the message names the lock and who holds it. Not retried (it is not a fault)."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The database cannot be reached for a reason a person must resolve (e.g. a stale lock file
+    of the embedded server); the message says what to do. Nothing was written."""

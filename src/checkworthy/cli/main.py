@@ -13,7 +13,7 @@ from pathlib import Path
 
 from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_file, positive_int
 from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
-from checkworthy.errors import DataError, StoreBusy
+from checkworthy.errors import DataError, StoreBusy, StoreUnavailable
 
 
 def _engine():
@@ -113,6 +113,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                               interval=args.interval, correction=args.correction)
     print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, interval {args.interval}, "
           f"correction {args.correction}) -> {args.out}")
+    if outcome.in_labeled:
+        print(f"note: {len(outcome.in_labeled)} claims of {args.unlabeled} have the text of a claim of "
+              f"{args.labeled} (first: row {outcome.in_labeled[0]}); the nearest neighbour of each is its "
+              "labelled copy, at distance 0, so its decision leans on that label", file=sys.stderr)
     if outcome.metrics:
         print(f"{'method':<10} {'weighted F1':>12} {'F1 c0':>7} {'F1 c1':>7} {'accuracy':>9}")
         for method, m in outcome.metrics.items():
@@ -248,8 +252,16 @@ def cmd_train_classifier(args: argparse.Namespace) -> int:
         return 2
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse that reports a bad option in one line (not its usage block), like every other
+    error of the command line; ``--help`` still prints the usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {self.prog}: {message} (--help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="checkworthy", description=__doc__)
+    p = OneLineErrors(prog="checkworthy", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="the main job: score, embed, calibrate, report")
@@ -335,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except StoreBusy as exc:
+    except (StoreBusy, StoreUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

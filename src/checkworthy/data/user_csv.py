@@ -8,11 +8,22 @@ error, a wrong field count or an oversized field is reported the same way everyw
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from checkworthy.data.datasets import LoadReport, field_count_error, parse_delimited
 from checkworthy.errors import DataError
+
+#: a plain decimal number in ASCII digits: not ``nan``, ``inf``, ``1_0`` or ``٠.٥``, all of
+#: which Python's float() accepts
+DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def parse_decimal(cell: str) -> float | None:
+    """The cell as a float if it is a plain decimal number (``-0`` becomes 0.0), else None."""
+    value = cell.strip()
+    return float(value) + 0.0 if DECIMAL.fullmatch(value) else None
 
 
 def read_rows(

@@ -11,17 +11,17 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from sqlalchemy import Engine
 
 from checkworthy.data.datasets import sha256_file
-from checkworthy.data.user_csv import id_and_text, read_rows
+from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError
 from checkworthy.method import metrics
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results
@@ -51,10 +51,9 @@ def read_scored_csv(path: Path, label_required: bool) -> list[Row]:
 
 def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_label: bool) -> Row:
     cid, txt = id_and_text(name, line, rec, seen)
-    try:
-        score = float(rec["score"])
-    except ValueError:
-        raise DataError(name, line, "score", f"not a number: {rec['score']!r}") from None
+    score = parse_decimal(rec["score"])
+    if score is None:
+        raise DataError(name, line, "score", f"not a plain decimal number: {rec['score']!r}")
     if not math.isfinite(score) or not 0.0 <= score <= 1.0:
         raise DataError(name, line, "score", f"must be in [0, 1], got {rec['score']!r}")
     label = None
@@ -84,6 +83,9 @@ class CalibrateOutcome:
     run_id: int
     n_rows: int
     metrics: dict[str, dict[str, float]] | None
+    #: U's rows whose text is also in L (line numbers): each one's nearest labelled neighbour is
+    #: its own labelled copy, at distance 0; kept, as a lookup of a label a person already gave
+    in_labeled: list[int] = field(default_factory=list)
 
 
 def calibrate_files(
@@ -118,8 +120,11 @@ def calibrate_files(
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
         ls = store.create_label_set(conn, f"{ds_l}:labeled", l_ids)
     key = store.ScoreKey(model_id, "none", store.params_hash(params), "imported")
-    run_id = run_calibration(engine, RunSpec(f"{ds_u}:unlabeled", tuple(u_ids), ls, key, k, alpha, threshold,
-                                             interval_method=interval, correction=correction))
+    labelled_texts = {r.text for r in lab}
+    in_labeled = [r.line for r in unl if r.text in labelled_texts]
+    spec = RunSpec(f"{ds_u}:unlabeled", tuple(u_ids), ls, key, k, alpha, threshold,
+                   interval_method=interval, correction=correction)
+    run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled)}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
@@ -135,7 +140,7 @@ def calibrate_files(
         }
         got["nnppi"].update({f"coverage_{c}": v for c, v in metrics.interval_coverage(
             y, [r["ci_low"] for r in res], [r["ci_high"] for r in res]).items()})
-    return CalibrateOutcome(run_id, len(unl), got)
+    return CalibrateOutcome(run_id, len(unl), got, in_labeled)
 
 
 def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str]) -> None:

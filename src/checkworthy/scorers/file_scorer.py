@@ -17,27 +17,25 @@ Why it is shaped like this:
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from checkworthy.data.user_csv import id_and_text, read_rows
+from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, UNPARSEABLE, Score, check_score
 
 DEFAULT_KIND = "imported"
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def parse_cell(cell: str) -> tuple[float | None, str]:
     """A score cell as a score in [0, 1] or a failure status (plain decimal numbers only)."""
-    value = cell.strip()
-    if not value:
+    if not cell.strip():
         return None, UNPARSEABLE
-    if not _NUMBER.fullmatch(value):
+    value = parse_decimal(cell)
+    if value is None:
         return None, NOT_A_NUMBER
-    return check_score(float(value))
+    return check_score(value)
 
 
 def _loose(text: str) -> str:

