@@ -291,6 +291,8 @@ def test_non_numeric_imported_scores_are_stored_failures_not_guesses():
 
 # ---------------------------------------------------------------- every command, end to end
 
+#: predict's labelled rows: GOOD_ROWS without their score
+PL_ROWS = [",".join(r.split(",")[:2] + r.split(",")[-1:]) for r in GOOD_ROWS if '"' not in r]
 #: good inputs each case starts from; a case replaces one of them (or an option)
 GOOD_FILES = {
     "L": csv_bytes(*GOOD_ROWS),
@@ -299,6 +301,24 @@ GOOD_FILES = {
     "IN": csv_bytes(*IN_ROWS, header=IN_HEADER),
     "SC": _score_file_bytes(csv_bytes(*IN_ROWS, header=IN_HEADER)),
     "LAB": b"id,dataset,label\n101,clef2024,1\n",
+    "PL": csv_bytes(*PL_ROWS, header="id,text,label"),
+    "PU": csv_bytes("u1,Prices went up 12 percent in March.", "u2,Good evening everyone.", header="id,text"),
+}
+PREDICT = ["predict", "--labeled", "{PL}", "--unlabeled", "{PU}", "--k", "2", "--out", "{OUT}"]
+#: predict's files: L is id,text,label and U id,text[,label]; no score column
+PREDICT_FILE_CASES: dict[str, tuple[dict[str, bytes], str]] = {
+    "L empty": ({"PL": b""}, "{PL}"),
+    "L header only": ({"PL": csv_bytes(header="id,text,label")}, "{PL}"),
+    "L without labels": ({"PL": csv_bytes("a1,x", header="id,text")}, "label"),
+    "L with a score column": ({"PL": csv_bytes(*GOOD_ROWS)}, "score"),
+    "L label 2": ({"PL": with_row(PL_ROWS, "id,text,label", 1, "a2,I love it.,2")}, "{PL}"),
+    "L duplicate id": ({"PL": with_row(PL_ROWS, "id,text,label", 1, "a1,I love it.,0")}, "{PL}"),
+    "L empty text": ({"PL": with_row(PL_ROWS, "id,text,label", 1, "a2,  ,0")}, "{PL}"),
+    "L NUL byte": ({"PL": with_row(PL_ROWS, "id,text,label", 1, "a2,I lo\x00ve it.,0")}, "{PL}"),
+    "L unclosed quote": ({"PL": with_row(PL_ROWS, "id,text,label", 1, 'a2,"I love it.,0')}, "{PL}"),
+    "U without text": ({"PU": csv_bytes("u1", header="id")}, "text"),
+    "U label yes": ({"PU": csv_bytes("u1,Prices rose.,yes", header="id,text,label")}, "{PU}"),
+    "U latin-1 bytes": ({"PU": "id,text\nu1,Caf\xe9 prices rose.\n".encode("latin-1")}, "{PU}"),
 }
 CALIBRATE = ["calibrate", "--labeled", "{L}", "--unlabeled", "{U}", "--k", "2", "--out", "{OUT}"]
 SCORE = ["score", "--params", "", "--model", "file:{SC}", "--input", "{IN}", "--out", "{OUT}"]
@@ -363,6 +383,18 @@ def _command_cases() -> dict[str, Case]:
         "input missing": (_with_option(SCORE, "--input", "--input", "{tmp}/none.csv"), "none.csv"),
     }.items():
         cases[f"score option: {name}"] = Case(args, named=named)
+    for name, (data, named) in PREDICT_FILE_CASES.items():
+        cases[f"predict: {name}"] = Case(PREDICT, data, named)
+    for name, (extra, named) in {
+        "alpha 0": (["--alpha", "0"], "--alpha"), "threshold nan": (["--threshold", "nan"], "--threshold"),
+        "k 0": (["--k", "0"], "--k"), "k above the labelled rows": (["--k", "50"], "k=50"),
+        "out is the labelled input": (["--out", "{PL}"], "--out"),
+        "unknown correction": (["--correction", "magic"], "magic"),
+        "unknown interval": (["--interval", "wide"], "wide"),
+        "unknown model kind": (["--model", "nosuch:model"], "nosuch"),
+        "params file missing": (["--params", "{tmp}/none.yaml"], "--params"),
+    }.items():
+        cases[f"predict option: {name}"] = Case(_with_option(PREDICT, extra[0], *extra), named=named)
     for name, (data, *_rest) in LABEL_CASES.items():
         cases[f"labels add: {name}"] = Case(LABELS_ADD, {"LAB": data}, "{LAB}")
     for name, (data, named) in STORE_LABEL_CASES.items():
@@ -384,7 +416,7 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
 def test_the_command_suite_covers_every_command():
     """At least 80 distinct bad inputs and options across the commands that take them."""
     by_command = Counter(name.split(" ")[0].rstrip(":") for name in COMMAND_CASES)
-    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "score", "labels"}, by_command
+    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "predict", "score", "labels"}, by_command
 
 
 @pytest.mark.parametrize("case", COMMAND_CASES)

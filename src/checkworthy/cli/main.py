@@ -10,10 +10,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_file, positive_int
 from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
 from checkworthy.errors import DataError, StoreBusy, StoreUnavailable
+
+if TYPE_CHECKING:
+    from checkworthy.runs.own_scores import CalibrateOutcome
 
 
 def _engine():
@@ -111,20 +115,66 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
                               Path(args.out), alpha=args.alpha, threshold=args.threshold,
                               interval=args.interval, correction=args.correction)
-    print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, interval {args.interval}, "
-          f"correction {args.correction}) -> {args.out}")
+    print_outcome(outcome, args, f"interval {args.interval}, correction {args.correction}")
+    return 0
+
+
+def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: str) -> None:
+    """What calibrate and predict print: the run, the batch's share of check-worthy claims, notes,
+    and the metrics when U has labels (positive-class F1, the shared task's metric, first)."""
+    print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, {method}) -> {args.out}")
+    p = outcome.prevalence
+    if p and p.get("estimate") is not None:
+        print(f"share check-worthy in this batch: {p['estimate']:.3f} ({p['level']:.0%} interval "
+              f"{p['low']:.3f}-{p['high']:.3f}, label-shift PPI); naive (share called check-worthy) "
+              f"{p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
     if outcome.in_labeled:
         print(f"note: {len(outcome.in_labeled)} claims of {args.unlabeled} have the text of a claim of "
               f"{args.labeled} (first: row {outcome.in_labeled[0]}); the nearest neighbour of each is its "
               "labelled copy, at distance 0, so its decision leans on that label", file=sys.stderr)
     if outcome.metrics:
-        print(f"{'method':<10} {'weighted F1':>12} {'F1 c0':>7} {'F1 c1':>7} {'accuracy':>9}")
-        for method, m in outcome.metrics.items():
-            print(f"{method:<10} {m['weighted_f1']:>12.3f} {m['f1_0']:>7.3f} {m['f1_1']:>7.3f} "
-                  f"{m['accuracy']:>9.3f}")
+        print(f"{'method':<10} {'F1 c1':>7} {'weighted F1':>12} {'F1 c0':>7} {'accuracy':>9} {'ROC AUC':>8}")
+        for name, m in outcome.metrics.items():
+            print(f"{name:<10} {m['f1_1']:>7.3f} {m['weighted_f1']:>12.3f} {m['f1_0']:>7.3f} "
+                  f"{m['accuracy']:>9.3f} {m.get('roc_auc', float('nan')):>8.3f}")
         cov = outcome.metrics["nnppi"]
-        print(f"NN-PPI interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
-              f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}")
+        print(f"interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
+              f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}; true share check-worthy "
+              f"{cov['share_positive']:.3f}")
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """Score L and U with the recommended model, calibrate U against L, write OUT."""
+    from checkworthy.runs.calibration_run import check_methods
+    from checkworthy.runs.predict import Recommended, predict_files, read_files
+    from checkworthy.scorers.registry import configured_scorer
+
+    problem = output_file("--out", args.out, [args.labeled, args.unlabeled])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.params and not Path(args.params).is_file():
+        print(f"error: --params: no such file {args.params}", file=sys.stderr)
+        return 2
+    params = load_params(Path(args.params)) if args.params else {}
+    options = ("model", "k", "alpha", "threshold", "interval", "correction")
+    given = {name: getattr(args, name) for name in options}
+    rec = Recommended.from_params(params, **given)
+    try:
+        check_methods(rec.interval, rec.correction)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    read_files(Path(args.labeled), Path(args.unlabeled), rec.k)  # before the model or the store starts
+    try:
+        scorer, prompt = configured_scorer(params, rec.model)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: --model {rec.model}: {exc}", file=sys.stderr)
+        return 2
+    outcome = predict_files(_engine(), Path(args.labeled), Path(args.unlabeled), Path(args.out), rec,
+                            scorer, prompt)
+    print_outcome(outcome, args, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
+                                 f"interval {rec.interval}, k = {rec.k}")
     return 0
 
 
@@ -302,6 +352,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "or the embedding head (logistic regression on MiniLM vector + score): head, "
                         "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation)")
     c.set_defaults(func=cmd_calibrate)
+
+    pr = sub.add_parser("predict", help="the recommended path: score your labelled and unlabelled claims "
+                                        "with the recommended model and calibrate (params.yaml predict:)")
+    pr.add_argument("--labeled", required=True, help="CSV with id,text,label")
+    pr.add_argument("--unlabeled", required=True, help="CSV with id,text[,label]")
+    pr.add_argument("--out", required=True)
+    pr.add_argument("--params", default=str(PARAMS_FILE), help="params file with the predict: section")
+    pr.add_argument("--model", help="model spec (default: params.yaml predict.model)")
+    pr.add_argument("--k", type=positive_int, help="neighbours per claim (default: predict.k)")
+    pr.add_argument("--alpha", type=open_unit, help="1 - interval level, in (0, 1)")
+    pr.add_argument("--threshold", type=closed_unit, help="decision threshold, in [0, 1]")
+    pr.add_argument("--interval", help="interval method (default: predict.interval)")
+    pr.add_argument("--correction", help="correction (default: predict.correction)")
+    pr.set_defaults(func=cmd_predict)
 
     cmp_ = sub.add_parser("compare", help="every interval, correction and calibrator on stored runs")
     cmp_.add_argument("--run", required=True, help="calibration run id(s), comma-separated")

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 from numpy.typing import ArrayLike
+from sklearn.metrics import roc_auc_score
 
 from checkworthy.method.nnppi import NNPPIResult
 
@@ -61,6 +62,15 @@ def positive_rate(y: ArrayLike) -> float:
     """Share of 1s (gold or predicted positive rate)."""
     y = np.asarray(y, dtype=int)
     return _safe_div(np.sum(y == 1), len(y))
+
+
+def roc_auc(y_true: ArrayLike, scores: ArrayLike) -> float:
+    """Area under the ROC curve of ``scores`` for label 1 (NaN when a class is missing): how well
+    the score ranks, whatever the threshold."""
+    t = np.asarray(y_true, dtype=int)
+    if len(np.unique(t)) < 2:
+        return float("nan")
+    return float(roc_auc_score(t, np.asarray(scores, dtype=float)))
 
 
 def mean_score_by_class(y_true: ArrayLike, scores: ArrayLike) -> dict[int, float]:

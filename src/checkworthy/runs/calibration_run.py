@@ -32,6 +32,7 @@ from checkworthy.method.corrections import (
 from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
+from checkworthy.method.prevalence import share_positive
 from checkworthy.store.calibration_runs import (
     complete_run,
     fail_run,
@@ -273,6 +274,9 @@ def compute_methods(
         fitted = {"predictor": {"name": predictor, "params": p_params}}
     choice, chosen = fit_choice(cal, correction, spec.k, spec.threshold)
     fitted |= chosen
+    # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
+    fitted["prevalence"] = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
+                                          nnppi.decide(theta_in, spec.threshold), spec.alpha).as_dict()
     k = choice.k
     nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=cal, dist=nq.distances, k=k)
     theta = choice.theta(nb)

@@ -1,6 +1,8 @@
 """Bring your own scores: calibrate a CSV of scored claims against a CSV of labelled ones.
 
 ``L`` has columns ``id,text,score,label``; ``U`` has ``id,text,score`` and may have ``label``.
+:mod:`checkworthy.runs.predict` reads the same files without the score column and shares the
+rest of the path (store, run, output, metrics).
 Both files are validated completely before anything is written, and every problem names
 the file, the line (the header is line 1) and the field. The claims then go through the same
 store, embeddings and SQL kNN as the main job.
@@ -13,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine
@@ -24,7 +27,7 @@ from checkworthy.method import metrics
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
-from checkworthy.store.calibration_runs import load_results
+from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
@@ -37,24 +40,26 @@ class Row:
     line: int
     id: str
     text: str
-    score: float
+    score: float | None
     label: int | None
 
 
-def read_scored_csv(path: Path, label_required: bool) -> list[Row]:
-    """Read and validate a scored-claims CSV; raise :class:`DataError` at the first problem."""
-    required = ["id", "text", "score"] + (["label"] if label_required else [])
+def read_scored_csv(path: Path, label_required: bool, scored: bool = True) -> list[Row]:
+    """Read and validate a claims CSV (with a score column unless ``scored`` is False); raise
+    :class:`DataError` at the first problem."""
+    required = ["id", "text"] + (["score"] if scored else []) + (["label"] if label_required else [])
     header, records = read_rows(path, required, allowed=["label"])
     seen: dict[str, int] = {}
-    return [_row(str(path), line, rec, seen, "label" in header) for line, rec in records]
+    return [_row(str(path), line, rec, seen, "label" in header, scored) for line, rec in records]
 
 
-def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_label: bool) -> Row:
+def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_label: bool,
+         scored: bool) -> Row:
     cid, txt = id_and_text(name, line, rec, seen)
-    score = parse_decimal(rec["score"])
-    if score is None:
+    score = parse_decimal(rec["score"]) if scored else None
+    if scored and score is None:
         raise DataError(name, line, "score", f"not a plain decimal number: {rec['score']!r}")
-    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+    if score is not None and (not math.isfinite(score) or not 0.0 <= score <= 1.0):
         raise DataError(name, line, "score", f"must be in [0, 1], got {rec['score']!r}")
     label = None
     if has_label:
@@ -86,6 +91,9 @@ class CalibrateOutcome:
     #: U's rows whose text is also in L (line numbers): each one's nearest labelled neighbour is
     #: its own labelled copy, at distance 0; kept, as a lookup of a label a person already gave
     in_labeled: list[int] = field(default_factory=list)
+    #: the batch's share of check-worthy claims (:mod:`checkworthy.method.prevalence`), when the
+    #: run computed it
+    prevalence: dict[str, Any] | None = None
 
 
 def calibrate_files(
@@ -101,8 +109,43 @@ def calibrate_files(
     lab = read_scored_csv(labeled, label_required=True)
     unl = read_scored_csv(unlabeled, label_required=False)
     _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
+    check_k(labeled, lab, k)
+    files = store_files(engine, labeled, lab, unlabeled, unl)
+    with engine.begin() as conn:
+        model_id = store.ensure_model(conn, model, "file")
+        store.insert_predictions(
+            conn, model_id, "none", files.params,
+            [(store.sha256_text(r.text), {"imported": Score(r.score, OK, repr(r.score))})
+             for r in lab + unl],
+        )
+    key = store.ScoreKey(model_id, "none", store.params_hash(files.params), "imported")
+    return calibrate_stored(engine, files, key, k, out, alpha, threshold, interval, correction)
+
+
+def check_k(labeled: Path, lab: list[Row], k: int) -> None:
+    """k neighbours need at least k labelled rows."""
     if k > len(lab):
         raise DataError(labeled, None, None, f"k={k} exceeds the {len(lab)} labelled rows")
+
+
+@dataclass(frozen=True)
+class StoredFiles:
+    """L and U stored as claims (with their labels, embeddings and L's label set)."""
+
+    lab: list[Row]
+    unl: list[Row]
+    params: dict[str, str]
+    l_ids: list[int]
+    u_ids: list[int]
+    label_set_id: int
+    target: str
+
+
+def store_files(
+    engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row],
+) -> StoredFiles:
+    """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
+    embed their texts and freeze L as a label set, in one transaction."""
     params = {"labeled_sha256": sha256_file(labeled), "unlabeled_sha256": sha256_file(unlabeled)}
     ds_l, ds_u = f"upload:{params['labeled_sha256'][:16]}", f"upload:{params['unlabeled_sha256'][:16]}"
     with engine.begin() as conn:
@@ -111,26 +154,29 @@ def calibrate_files(
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
             f"file:{unlabeled}")
-        model_id = store.ensure_model(conn, model, "file")
-        store.insert_predictions(
-            conn, model_id, "none", params,
-            [(store.sha256_text(r.text), {"imported": Score(r.score, OK, repr(r.score))})
-             for r in lab + unl],
-        )
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
         ls = store.create_label_set(conn, f"{ds_l}:labeled", l_ids)
-    key = store.ScoreKey(model_id, "none", store.params_hash(params), "imported")
+    return StoredFiles(lab, unl, params, l_ids, u_ids, ls, f"{ds_u}:unlabeled")
+
+
+def calibrate_stored(
+    engine: Engine, files: StoredFiles, key: store.ScoreKey, k: int, out: Path, alpha: float,
+    threshold: float, interval: str, correction: str,
+) -> CalibrateOutcome:
+    """Calibrate the stored U against L under ``key``, write ``out``, and measure if U has labels."""
+    lab, unl, u_ids = files.lab, files.unl, files.u_ids
     labelled_texts = {r.text for r in lab}
     in_labeled = [r.line for r in unl if r.text in labelled_texts]
-    spec = RunSpec(f"{ds_u}:unlabeled", tuple(u_ids), ls, key, k, alpha, threshold,
+    spec = RunSpec(files.target, tuple(u_ids), files.label_set_id, key, k, alpha, threshold,
                    interval_method=interval, correction=correction)
     run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled)}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
+        prevalence = load_run(conn, run_id)["params"].get("prevalence")
     _write_out(out, unl, u_ids, results, names)
     got = None
-    if all(r.label is not None for r in unl):
+    if all(r.label is not None for r in unl) and all(i in results for i in u_ids):
         y = np.array([r.label for r in unl])
         res = [results[i] for i in u_ids]
         got = {
@@ -140,17 +186,24 @@ def calibrate_files(
         }
         got["nnppi"].update({f"coverage_{c}": v for c, v in metrics.interval_coverage(
             y, [r["ci_low"] for r in res], [r["ci_high"] for r in res]).items()})
-    return CalibrateOutcome(run_id, len(unl), got, in_labeled)
+        got["baseline"]["roc_auc"] = metrics.roc_auc(y, [r["score"] for r in res])
+        got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
+        got["nnppi"]["share_positive"] = float(y.mean())
+    return CalibrateOutcome(run_id, len(unl), got, in_labeled, prevalence)
 
 
 def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str]) -> None:
-    """One output row per input row of U, in input order (duplicates of a text included)."""
+    """One output row per input row of U, in input order (duplicates of a text included); a
+    claim without a usable score has empty fields."""
     tmp = Path(str(out) + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(OUT_COLUMNS)
         for row, cid in zip(rows, ids):
-            r = results[cid]
+            r = results.get(cid)
+            if r is None:  # its score failed to parse: no decision, said by the empty fields
+                w.writerow([row.id, "", "", "", "", "", "", ""])
+                continue
             w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
                         f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
                         ";".join(names[n] for n in r["neighbor_ids"])])

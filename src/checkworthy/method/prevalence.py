@@ -1,0 +1,73 @@
+"""The share of check-worthy claims in a batch, with a valid interval, under label shift.
+
+L is balanced by design while a debate is a few percent check-worthy, so neither L's share nor
+the share a classifier calls positive (classify and count) estimates the batch's. Under label
+shift (P(x | y) the same in L and the batch, only the prior moves) the confusion matrix on L
+turns the classifier's positive share in the batch into the true one:
+``p = (q - fpr) / (tpr - fpr)``. The interval is prediction-powered inference's for a
+discrete distribution under label shift (``ppi_py.ppi_distribution_label_shift_ci``,
+Angelopoulos et al., Science 2023, section on label shift): finite-sample, valid whatever the
+classifier, and narrow when the classifier is good. The predictions on L must not have seen
+their own label (out-of-fold, or a model fitted elsewhere).
+
+Limits: the guarantee needs label shift, not a change of what check-worthy claims look like;
+a classifier no better than chance on L (tpr = fpr) gives no estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from ppi_py import ppi_distribution_label_shift_ci
+from scipy.stats import binomtest
+
+
+@dataclass(frozen=True)
+class Prevalence:
+    """Share of label 1 in the batch: the label-shift estimate and its interval, the naive
+    (classify and count) share, and L's own share with its exact binomial interval."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    naive: float
+    labelled: float
+    labelled_low: float
+    labelled_high: float
+    level: float
+    n_labelled: int
+    n_batch: int
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def share_positive(y_l: ArrayLike, yhat_l: ArrayLike, yhat_u: ArrayLike, alpha: float = 0.05) -> Prevalence:
+    """Estimate the share of label 1 among the batch's claims from 0/1 predictions.
+
+    Parameters
+    ----------
+    y_l, yhat_l
+        L's labels and the classifier's 0/1 predictions on L (out-of-fold).
+    yhat_u
+        The classifier's 0/1 predictions on the batch.
+    alpha
+        1 - the interval's level.
+    """
+    y = np.asarray(y_l, dtype=int)
+    yl = np.asarray(yhat_l, dtype=int)
+    yu = np.asarray(yhat_u, dtype=int)
+    exact = binomtest(int(y.sum()), len(y)).proportion_ci(1 - alpha)
+    naive = float(yu.mean()) if len(yu) else float("nan")
+    tpr = yl[y == 1].mean() if (y == 1).any() else np.nan
+    fpr = yl[y == 0].mean() if (y == 0).any() else np.nan
+    estimate = low = high = None
+    if np.isfinite(tpr) and np.isfinite(fpr) and tpr - fpr > 1e-9 and len(yu):
+        estimate = float(np.clip((naive - fpr) / (tpr - fpr), 0.0, 1.0))
+        lo, hi = ppi_distribution_label_shift_ci(y, yl, yu, 2, np.array([0.0, 1.0]), alpha=alpha,
+                                                 return_counts=False)
+        low, high = float(np.clip(lo, 0.0, 1.0)), float(np.clip(hi, 0.0, 1.0))
+    return Prevalence(estimate, low, high, naive, float(y.mean()), float(exact.low), float(exact.high),
+                      1 - alpha, len(y), len(yu))

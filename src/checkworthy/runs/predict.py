@@ -1,0 +1,71 @@
+"""``checkworthy predict``: the recommended path for a team's own claims.
+
+L has ``id,text,label``, U ``id,text[,label]``. Both are validated like ``calibrate``'s files
+(same reader, same one-line errors) before anything is stored; the recommended model then scores
+every text that has no stored score yet, and U is calibrated against L with the recommended
+correction and interval, through the same store, lineage and run as ``calibrate``. What is
+recommended lives in params.yaml (``predict:``) and docs/method.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from checkworthy.runs.own_scores import (
+    CalibrateOutcome,
+    calibrate_stored,
+    check_k,
+    read_scored_csv,
+    store_files,
+)
+from checkworthy.runs.scoring import score_missing
+from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.registry import PromptInfo
+from checkworthy.store import rows as store
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """The recommended model, score kind and calibration (params.yaml ``predict:``)."""
+
+    model: str = "embedded:gemma3-270m"
+    score_kind: str = "token_prob"
+    correction: str = "head-cv"
+    interval: str = "mondrian"
+    k: int = 10
+    alpha: float = 0.05
+    threshold: float = 0.5
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
+        """params.yaml's ``predict:`` section, then the options given (None: not given)."""
+        known = {k: v for k, v in dict(params.get("predict") or {}).items() if k in cls.__dataclass_fields__}
+        return replace(cls(**known), **{k: v for k, v in overrides.items() if v is not None})
+
+
+def read_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list, list]:
+    """Both files validated (L: id,text,label; U: id,text[,label]); DataError at the first problem."""
+    lab = read_scored_csv(labeled, label_required=True, scored=False)
+    unl = read_scored_csv(unlabeled, label_required=False, scored=False)
+    check_k(labeled, lab, k)
+    return lab, unl
+
+
+def predict_files(
+    engine: Engine, labeled: Path, unlabeled: Path, out: Path, rec: Recommended, scorer: Scorer,
+    prompt: PromptInfo,
+) -> CalibrateOutcome:
+    """Store L and U, score their texts with ``scorer``, calibrate U against L, write ``out``."""
+    if rec.score_kind not in scorer.score_kinds:
+        raise ValueError(f"{scorer.spec} gives {', '.join(scorer.score_kinds)}, not {rec.score_kind!r}")
+    lab, unl = read_files(labeled, unlabeled, rec.k)
+    files = store_files(engine, labeled, lab, unlabeled, unl)
+    hashes = [store.sha256_text(r.text) for r in lab + unl]
+    _, _, keys = score_missing(engine, scorer, hashes, *prompt)
+    return calibrate_stored(engine, files, keys[rec.score_kind], rec.k, out, rec.alpha, rec.threshold,
+                            rec.interval, rec.correction)

@@ -1,0 +1,57 @@
+"""`checkworthy predict`: the recommended path on real claims, the real Gemma and the real store."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from checkworthy.cli.main import main
+from checkworthy.data.datasets import load_clef
+from checkworthy.runs.own_scores import OUT_COLUMNS
+from tests.conftest import raw_path, table_counts
+
+pytestmark = pytest.mark.slow
+
+
+def _write(path, header, rows):
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """40 balanced train claims as L; 16 dev-test claims (with labels) as U."""
+    train, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")
+    test, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    lab = [c for c in train if c.label == 1][:20] + [c for c in train if c.label == 0][:20]
+    d = tmp_path_factory.mktemp("predict")
+    return (_write(d / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab]),
+            _write(d / "U.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in test[:16]]),
+            d)
+
+
+def test_predict_scores_calibrates_and_reports_the_batch_share(use_db, files, capsys):
+    lab, unl, d = files
+    out = d / "OUT.csv"
+    argv = ["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(out), "--k", "5"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == OUT_COLUMNS and len(rows) == 16
+    for r in rows:
+        assert 0 <= float(r["score"]) <= 1 and float(r["ci_low"]) <= float(r["ci_high"])
+        assert 1 <= len(r["neighbors"].split(";")) <= 5 and r["decision"] in ("0", "1")  # CV picks k
+    assert "token_prob, correction head-cv, interval mondrian, k = 5" in printed
+    assert "share check-worthy in this batch:" in printed and "label-shift PPI" in printed
+    assert "F1 c1" in printed and "ROC AUC" in printed and "true share check-worthy" in printed
+    scores = np.array([float(r["score"]) for r in rows])
+    assert len(set(scores.round(6))) > 1  # the model's scores, not a constant
+    before = table_counts(use_db)  # a second call reuses the stored scores and the run
+    assert main(argv) == 0
+    assert table_counts(use_db) == before
