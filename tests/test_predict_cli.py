@@ -11,16 +11,9 @@ from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
 from checkworthy.runs.own_scores import OUT_COLUMNS
 from tests.conftest import raw_path, table_counts
+from tests.test_calibrate_cli import write
 
 pytestmark = pytest.mark.slow
-
-
-def _write(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +23,8 @@ def files(tmp_path_factory):
     test, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
     lab = [c for c in train if c.label == 1][:20] + [c for c in train if c.label == 0][:20]
     d = tmp_path_factory.mktemp("predict")
-    return (_write(d / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab]),
-            _write(d / "U.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in test[:16]]),
+    return (write(d / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab]),
+            write(d / "U.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in test[:16]]),
             d)
 
 
