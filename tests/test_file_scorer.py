@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from checkworthy.errors import DataError
-from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE
-from checkworthy.scorers.file_scorer import FileScorer, parse_cell
+from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, parse_number
+from checkworthy.scorers.file_scorer import FileScorer
 from checkworthy.scorers.registry import make_scorer
 
 
@@ -49,7 +49,7 @@ def test_scores_are_looked_up_by_text(tmp_path):
     ("1e400", (None, NOT_A_NUMBER)),
 ])
 def test_score_cells(cell, expected):
-    assert parse_cell(cell) == expected
+    assert parse_number(cell) == expected
 
 
 def test_bad_cells_are_failures_with_raw_text(tmp_path):

@@ -282,9 +282,9 @@ def test_imported_score_file_names_file_row_and_field(tmp_path, case):
 
 def test_non_numeric_imported_scores_are_stored_failures_not_guesses():
     """By design a bad score *cell* is data: kept with its raw text, never turned into a number."""
-    from checkworthy.scorers.file_scorer import parse_cell
+    from checkworthy.scorers.base import parse_number
 
-    assert [parse_cell(c) for c in ("abc", "nan", "0,7", "", "1.2", "-0.1", "inf", "0.25")] == [
+    assert [parse_number(c) for c in ("abc", "nan", "0,7", "", "1.2", "-0.1", "inf", "0.25")] == [
         (None, "not_a_number"), (None, "not_a_number"), (None, "not_a_number"), (None, "unparseable"),
         (None, "out_of_range"), (None, "out_of_range"), (None, "not_a_number"), (0.25, "ok")]
 
@@ -392,6 +392,7 @@ def _command_cases() -> dict[str, Case]:
         "unknown correction": (["--correction", "magic"], "magic"),
         "unknown interval": (["--interval", "wide"], "wide"),
         "unknown model kind": (["--model", "nosuch:model"], "nosuch"),
+        "model without the recommended score kind": (["--model", "file:{SC}"], "token_prob"),
         "params file missing": (["--params", "{tmp}/none.yaml"], "--params"),
     }.items():
         cases[f"predict option: {name}"] = Case(_with_option(PREDICT, extra[0], *extra), named=named)

@@ -222,12 +222,12 @@ def test_pipeline_cannot_mark_a_partial_run_complete(pipeline_run):
     assert len(claims) == len(pipeline_run["out"]) == 30
     finish = "UPDATE calibration_runs SET status = 'complete', finished_at = now(), params = params || "
 
-    def attempt(name: str, ids: list[int], copied: list[int], params: str = "{}", n_calibrated: str = "{}"):
+    def attempt(name: str, ids: list[int], copied: list[int], n_calibrated: str = "{}"):
         """A run naming ``ids`` with copies of the real run's results for ``copied``, then marked
         complete with ``n_calibrated``; the SQLSTATE it fails with (None: it completed)."""
         with eng.connect() as conn:
             try:
-                new = conn.execute(_COPY_RUN, {"key": f"bypass-{name}".ljust(64, "0"), "p": params,
+                new = conn.execute(_COPY_RUN, {"key": f"bypass-{name}".ljust(64, "0"), "p": "{}",
                                                "ids": ids, "old": old}).scalar_one()
                 conn.execute(_COPY_RESULTS, {"new": new, "old": old, "ids": copied})
                 conn.execute(text(finish + f"CAST('{n_calibrated}' AS jsonb) WHERE id = :r"), {"r": new})

@@ -146,7 +146,7 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
 def cmd_predict(args: argparse.Namespace) -> int:
     """Score L and U with the recommended model, calibrate U against L, write OUT."""
     from checkworthy.runs.calibration_run import check_methods
-    from checkworthy.runs.predict import Recommended, predict_files, read_files
+    from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
     from checkworthy.scorers.registry import configured_scorer
 
     problem = output_file("--out", args.out, [args.labeled, args.unlabeled])
@@ -165,14 +165,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    read_files(Path(args.labeled), Path(args.unlabeled), rec.k)  # before the model or the store starts
+    labeled, unlabeled = Path(args.labeled), Path(args.unlabeled)
+    lab, unl = read_files(labeled, unlabeled, rec.k)  # before the model or the store starts
     try:
         scorer, prompt = configured_scorer(params, rec.model)
+        check_score_kind(rec, scorer)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: --model {rec.model}: {exc}", file=sys.stderr)
         return 2
-    outcome = predict_files(_engine(), Path(args.labeled), Path(args.unlabeled), Path(args.out), rec,
-                            scorer, prompt)
+    outcome = predict_files(_engine(), labeled, lab, unlabeled, unl, Path(args.out), rec, scorer, prompt)
     print_outcome(outcome, args, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
                                  f"interval {rec.interval}, k = {rec.k}")
     return 0

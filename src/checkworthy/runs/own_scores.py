@@ -135,7 +135,6 @@ class StoredFiles:
     lab: list[Row]
     unl: list[Row]
     params: dict[str, str]
-    l_ids: list[int]
     u_ids: list[int]
     label_set_id: int
     target: str
@@ -156,7 +155,7 @@ def store_files(
             f"file:{unlabeled}")
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
         ls = store.create_label_set(conn, f"{ds_l}:labeled", l_ids)
-    return StoredFiles(lab, unl, params, l_ids, u_ids, ls, f"{ds_u}:unlabeled")
+    return StoredFiles(lab, unl, params, u_ids, ls, f"{ds_u}:unlabeled")
 
 
 def calibrate_stored(

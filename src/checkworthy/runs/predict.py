@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
+    Row,
     calibrate_stored,
     check_k,
     read_scored_csv,
@@ -48,7 +49,7 @@ class Recommended:
         return replace(cls(**known), **{k: v for k, v in overrides.items() if v is not None})
 
 
-def read_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list, list]:
+def read_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list[Row], list[Row]]:
     """Both files validated (L: id,text,label; U: id,text[,label]); DataError at the first problem."""
     lab = read_scored_csv(labeled, label_required=True, scored=False)
     unl = read_scored_csv(unlabeled, label_required=False, scored=False)
@@ -56,14 +57,18 @@ def read_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list, list]:
     return lab, unl
 
 
-def predict_files(
-    engine: Engine, labeled: Path, unlabeled: Path, out: Path, rec: Recommended, scorer: Scorer,
-    prompt: PromptInfo,
-) -> CalibrateOutcome:
-    """Store L and U, score their texts with ``scorer``, calibrate U against L, write ``out``."""
+def check_score_kind(rec: Recommended, scorer: Scorer) -> None:
+    """The scorer gives the recommended score kind (checked before anything is stored)."""
     if rec.score_kind not in scorer.score_kinds:
         raise ValueError(f"{scorer.spec} gives {', '.join(scorer.score_kinds)}, not {rec.score_kind!r}")
-    lab, unl = read_files(labeled, unlabeled, rec.k)
+
+
+def predict_files(
+    engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row], out: Path,
+    rec: Recommended, scorer: Scorer, prompt: PromptInfo,
+) -> CalibrateOutcome:
+    """Store L and U (rows from :func:`read_files`), score their texts with ``scorer`` (checked
+    by :func:`check_score_kind`), calibrate U against L, write ``out``."""
     files = store_files(engine, labeled, lab, unlabeled, unl)
     hashes = [store.sha256_text(r.text) for r in lab + unl]
     _, _, keys = score_missing(engine, scorer, hashes, *prompt)

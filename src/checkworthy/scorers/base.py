@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from checkworthy.data.user_csv import parse_decimal
+
 #: parse statuses stored with every prediction
 OK = "ok"
 UNPARSEABLE = "unparseable"
@@ -55,6 +57,18 @@ def check_score(number: float) -> tuple[float | None, str]:
     if not 0.0 <= number <= 1.0:
         return None, OUT_OF_RANGE
     return number, OK
+
+
+def parse_number(text: str) -> tuple[float | None, str]:
+    """Text as a score: empty -> ``unparseable``; not a plain decimal number (words, ``null``,
+    ``nan``, Unicode digits) -> ``not_a_number``; then :func:`check_score`. Only ``ok`` carries
+    a score."""
+    if not text.strip():
+        return None, UNPARSEABLE
+    value = parse_decimal(text)
+    if value is None:
+        return None, NOT_A_NUMBER
+    return check_score(value)
 
 
 def clean_raw(text: str) -> str:

@@ -21,21 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
+from checkworthy.data.user_csv import id_and_text, read_rows
 from checkworthy.errors import DataError
-from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, UNPARSEABLE, Score, check_score
+from checkworthy.scorers.base import ERROR, Score, parse_number
 
 DEFAULT_KIND = "imported"
-
-
-def parse_cell(cell: str) -> tuple[float | None, str]:
-    """A score cell as a score in [0, 1] or a failure status (plain decimal numbers only)."""
-    if not cell.strip():
-        return None, UNPARSEABLE
-    value = parse_decimal(cell)
-    if value is None:
-        return None, NOT_A_NUMBER
-    return check_score(value)
 
 
 def _loose(text: str) -> str:
@@ -64,7 +54,7 @@ def read_score_file(path: Path, score_column: str = "score") -> tuple[dict[str, 
             raise DataError(name, line, score_column, f"the same text has score {first[text][1]!r} "
                                                       f"on line {first[text][0]}")
         first.setdefault(text, (line, cell))
-        score, status = parse_cell(cell)
+        score, status = parse_number(cell)
         scores[text] = Score(score, status, cell, {"source_id": cid, "line": line})
     return scores, sha
 
