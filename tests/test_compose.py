@@ -381,7 +381,7 @@ def test_build_context_holds_what_the_image_needs_and_nothing_secret(tmp_path):
 
     # replay the Dockerfile's DVC step on exactly that context: data/ must come out of dvcstore/
     for f in context:
-        if f.startswith(("dvcstore/", ".dvc/")) or f in ("data.dvc", ".dvcignore"):
+        if f.startswith(("dvcstore/", ".dvc/")) or f.endswith(".dvc") or f == ".dvcignore":
             (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, tmp_path / f)
     run = next(ln for ln in DOCKERFILE.read_text(encoding="utf-8").split("RUN ") if "dvc pull" in ln)
@@ -394,6 +394,8 @@ def test_build_context_holds_what_the_image_needs_and_nothing_secret(tmp_path):
     for rel in ("clef2024/CT24_checkworthy_english_dev-test.tsv", "claimbuster/crowdsourced.csv"):
         got = hashlib.sha256((tmp_path / "data" / "raw" / rel).read_bytes()).hexdigest()
         assert got == KNOWN_SHA256[Path(rel).name], rel
+    lora = tmp_path / "models" / "classifier" / "minilm-lora"  # the fine-tuned model, from dvcstore/ too
+    assert (lora / (lora / "LATEST").read_text().strip() / "adapter_model.safetensors").exists()
 
 
 # ------------------------------------------------------------------ docker compose itself

@@ -48,3 +48,29 @@ def test_predict_scores_calibrates_and_reports_the_batch_share(use_db, files, ca
     before = table_counts(use_db)  # a second call reuses the stored scores and the run
     assert main(argv) == 0
     assert table_counts(use_db) == before
+
+
+def test_batch_prior_moves_the_threshold_on_theta(use_db, files, capsys):
+    """``--prior batch``: decisions are theta >= the threshold Bayes' rule gives for the batch's
+    estimated share, stored in the run's params; L's prior (the default) keeps 0.5."""
+    from checkworthy.store.calibration_runs import load_results, load_run
+
+    lab, unl, d = files
+    common = ["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "5",
+              "--model", "classifier:minilm-lr", "--score-kind", "p_positive"]
+    assert main([*common, "--out", str(d / "labelled.csv")]) == 0
+    assert main([*common, "--out", str(d / "batch.csv"), "--prior", "batch"]) == 0
+    printed = capsys.readouterr().out
+    assert "prior batch" in printed and "decisions for the batch's prior: theta >= " in printed
+    with use_db.connect() as conn:
+        run_ids = sorted({r[0] for r in conn.exec_driver_sql(
+            "SELECT id FROM calibration_runs ORDER BY id DESC LIMIT 2").all()})
+        labelled, batch = (load_run(conn, i) for i in run_ids)
+        assert "prior" not in labelled["params"]
+        prior = batch["params"]["prior"]
+        assert prior["labelled"] == 0.5 and prior["batch"] == batch["params"]["prevalence"]["estimate"]
+        t = prior["threshold_on_theta"]
+        for r in load_results(conn, batch["id"]):
+            assert r["decision"] == (r["theta"] >= t)
+    assert main([*common, "--out", str(d / "x.csv"), "--prior", "uniform"]) == 2
+    assert "--prior" in capsys.readouterr().err

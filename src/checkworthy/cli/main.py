@@ -125,9 +125,12 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
     print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, {method}) -> {args.out}")
     p = outcome.prevalence
     if p and p.get("estimate") is not None:
-        print(f"share check-worthy in this batch: {p['estimate']:.3f} ({p['level']:.0%} interval "
-              f"{p['low']:.3f}-{p['high']:.3f}, label-shift PPI); naive (share called check-worthy) "
-              f"{p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
+        interval = (f"{p['level']:.0%} interval {p['low']:.3f}-{p['high']:.3f}, label-shift PPI"
+                    if p.get("low") is not None else "no interval: one decision throughout")
+        print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
+              f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
+    if outcome.prior and "batch" in outcome.prior:
+        print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
     if outcome.in_labeled:
         print(f"note: {len(outcome.in_labeled)} claims of {args.unlabeled} have the text of a claim of "
               f"{args.labeled} (first: row {outcome.in_labeled[0]}); the nearest neighbour of each is its "
@@ -157,11 +160,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"error: --params: no such file {args.params}", file=sys.stderr)
         return 2
     params = load_params(Path(args.params)) if args.params else {}
-    options = ("model", "k", "alpha", "threshold", "interval", "correction")
+    options = ("model", "score_kind", "k", "alpha", "threshold", "interval", "correction", "prior")
     given = {name: getattr(args, name) for name in options}
     rec = Recommended.from_params(params, **given)
     try:
-        check_methods(rec.interval, rec.correction)
+        check_methods(rec.interval, rec.correction, rec.prior)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -175,7 +178,45 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 2
     outcome = predict_files(_engine(), labeled, lab, unlabeled, unl, Path(args.out), rec, scorer, prompt)
     print_outcome(outcome, args, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
-                                 f"interval {rec.interval}, k = {rec.k}")
+                                 f"interval {rec.interval}, k = {rec.k}, prior {rec.prior}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Every predictor on every held-out event through predict's path; write held-out.md."""
+    from checkworthy.report.held_out import summary, write
+    from checkworthy.runs.held_out import DEFAULT_PREDICTORS, evaluate_held_out
+    from checkworthy.runs.predict import Recommended
+
+    predictors = DEFAULT_PREDICTORS
+    if args.models:
+        predictors = tuple(tuple(m.strip().rsplit("=", 1)) for m in args.models.split(",") if m.strip())
+        bad = [p for p in predictors if len(p) != 2 or not all(p)]
+        if bad:
+            print(f"error: --models: expected SPEC=SCORE_KIND[,...], got {args.models!r}", file=sys.stderr)
+            return 2
+    out = Path(args.out)
+    problem = (f"--out {out}: is a file; name a folder" if out.exists() and not out.is_dir()
+               else None if out.is_dir() else output_file("--out", args.out, []))
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    params = load_params()
+    try:
+        measured, chosen_by, events = evaluate_held_out(_engine(), predictors, params=params,
+                                                        limit=args.limit, echo=print)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rec = Recommended.from_params(params)
+    described = (f"{rec.model} {rec.score_kind}, correction {rec.correction}, interval {rec.interval}, "
+                 f"k = {rec.k}, prior {rec.prior}")
+    path = write(out, measured, chosen_by, events, described)
+    print(f"\n{'predictor':<36} {'method':<26} {'F1 c1':>6} {'min':>6} {'max':>6} {'wF1':>6} {'AUC':>6}")
+    for r in summary(measured):
+        print(f"{r['predictor']:<36} {r['method']:<26} {r['f1_1']:>6.3f} {r['f1_1_min']:>6.3f} "
+              f"{r['f1_1_max']:>6.3f} {r['weighted_f1']:>6.3f} {r['roc_auc']:>6.3f}")
+    print(f"report: {path}")
     return 0
 
 
@@ -361,12 +402,24 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", required=True)
     pr.add_argument("--params", default=str(PARAMS_FILE), help="params file with the predict: section")
     pr.add_argument("--model", help="model spec (default: params.yaml predict.model)")
+    pr.add_argument("--score-kind", help="the model's score kind to calibrate (default: predict.score_kind)")
     pr.add_argument("--k", type=positive_int, help="neighbours per claim (default: predict.k)")
     pr.add_argument("--alpha", type=open_unit, help="1 - interval level, in (0, 1)")
     pr.add_argument("--threshold", type=closed_unit, help="decision threshold, in [0, 1]")
     pr.add_argument("--interval", help="interval method (default: predict.interval)")
     pr.add_argument("--correction", help="correction (default: predict.correction)")
+    pr.add_argument("--prior", choices=("labelled", "batch"),
+                    help="decide for the labelled file's share of check-worthy claims (labelled) or for the "
+                         "batch's, estimated under label shift (batch); default: predict.prior")
     pr.set_defaults(func=cmd_predict)
+
+    ev = sub.add_parser("evaluate", help="every predictor on every held-out event (ClaimBuster 2016 debates, "
+                                         "CLEF 2024 dev and dev-test) through predict's path")
+    ev.add_argument("--models", help="SPEC=SCORE_KIND[,...] (default: the LoRA and logistic classifiers and "
+                                     "Gemma's token probability)")
+    ev.add_argument("--out", default=str(REPORTS_DIR / "held-out"), help="folder for held-out.md and .json")
+    ev.add_argument("--limit", type=positive_int, help=argparse.SUPPRESS)
+    ev.set_defaults(func=cmd_evaluate)
 
     cmp_ = sub.add_parser("compare", help="every interval, correction and calibrator on stored runs")
     cmp_.add_argument("--run", required=True, help="calibration run id(s), comma-separated")

@@ -53,6 +53,14 @@ def ensure_data() -> None:
         dvc("pull", "-q")
 
 
+def pull_tracked(path: Path) -> None:
+    """A DVC-tracked folder (``<path>.dvc`` beside it, e.g. a trained model) that a fresh clone
+    lacks: pull it from the project's remote. Nothing happens when it is there or not tracked."""
+    dvc_file = path.with_name(path.name + ".dvc")
+    if not path.exists() and dvc_file.exists():
+        dvc("pull", "-q", str(dvc_file.relative_to(ROOT)))
+
+
 def data_hash(repo: Path = ROOT) -> str:
     """The md5 that ``data.dvc`` records for ``data/`` (the dataset version)."""
     with open(repo / "data.dvc", encoding="utf-8") as fh:

@@ -11,7 +11,11 @@ classifier, and narrow when the classifier is good. The predictions on L must no
 their own label (out-of-fold, or a model fitted elsewhere).
 
 Limits: the guarantee needs label shift, not a change of what check-worthy claims look like;
-a classifier no better than chance on L (tpr = fpr) gives no estimate.
+a classifier no better than chance on L (tpr = fpr) gives no estimate, and a batch given one
+decision throughout, or a class of L given one decision throughout, gives no interval.
+
+:func:`prior_threshold` turns the estimate into a decision rule: the threshold on a probability
+calibrated under L's prior that decides as the same probability would under the batch's.
 """
 
 from __future__ import annotations
@@ -66,8 +70,25 @@ def share_positive(y_l: ArrayLike, yhat_l: ArrayLike, yhat_u: ArrayLike, alpha: 
     estimate = low = high = None
     if np.isfinite(tpr) and np.isfinite(fpr) and tpr - fpr > 1e-9 and len(yu):
         estimate = float(np.clip((naive - fpr) / (tpr - fpr), 0.0, 1.0))
-        lo, hi = ppi_distribution_label_shift_ci(y, yl, yu, 2, np.array([0.0, 1.0]), alpha=alpha,
-                                                 return_counts=False)
-        low, high = float(np.clip(lo, 0.0, 1.0)), float(np.clip(hi, 0.0, 1.0))
+        # ppi_py's interval is undefined when one decision never occurs in the batch, or a class
+        # of L always gets one decision (its confusion matrix is then singular): estimate only
+        if 0 < naive < 1 and 0 < fpr and tpr < 1:
+            lo, hi = ppi_distribution_label_shift_ci(y, yl, yu, 2, np.array([0.0, 1.0]), alpha=alpha,
+                                                     return_counts=False)
+            low, high = float(np.clip(lo, 0.0, 1.0)), float(np.clip(hi, 0.0, 1.0))
     return Prevalence(estimate, low, high, naive, float(y.mean()), float(exact.low), float(exact.high),
                       1 - alpha, len(y), len(yu))
+
+
+def prior_threshold(labelled: float, batch: float, threshold: float = 0.5) -> float:
+    """The threshold on theta (a probability under L's share ``labelled``) that decides as
+    ``threshold`` does on the probability under the batch's share ``batch``: Bayes' rule under
+    label shift multiplies the odds by ``ratio = batch/(1-batch) / (labelled/(1-labelled))``, so
+    theta must reach the odds ``o / ratio`` with ``o = threshold / (1 - threshold)``.
+
+    Shares of exactly 0 or 1 are clipped to [1e-3, 1 - 1e-3] (the rule needs finite odds).
+    """
+    lab, bat = (float(np.clip(v, 1e-3, 1 - 1e-3)) for v in (labelled, batch))
+    ratio = (bat / (1 - bat)) / (lab / (1 - lab))
+    odds = threshold / (1 - threshold) if threshold < 1 else np.inf
+    return float(odds / (odds + ratio)) if np.isfinite(odds) else 1.0

@@ -32,7 +32,7 @@ from checkworthy.method.corrections import (
 from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
-from checkworthy.method.prevalence import share_positive
+from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.store.calibration_runs import (
     complete_run,
     fail_run,
@@ -71,6 +71,9 @@ class RunSpec:
     #: point correction (a :data:`RUN_CORRECTIONS` name); part of the run key like every field
     #: (:func:`checkworthy.runs.recalibration.fast_run_key` hashes every field too: the keys agree)
     correction: str = "paper"
+    #: the class prior decisions are made for: ``labelled`` (L's, the paper's) or ``batch`` (the
+    #: batch's share estimated under label shift, :func:`checkworthy.method.prevalence.prior_threshold`)
+    prior: str = "labelled"
 
 
 @dataclass
@@ -87,6 +90,14 @@ def run_key(spec: RunSpec, fingerprint: str) -> str:
     """sha256 over every input of the run."""
     body = asdict(spec) | {"claim_ids": sorted(spec.claim_ids), "fingerprint": fingerprint}
     body["label_set_id"] = None  # the fingerprint, not the row id, identifies the labels
+    return key_of(body)
+
+
+def key_of(body: dict[str, Any]) -> str:
+    """The run key of a spec's fields: L's prior, the default, is left out, so runs stored before
+    the field existed keep their keys."""
+    if body.get("prior") == "labelled":
+        body = {k: v for k, v in body.items() if k != "prior"}
     return sha256_text(json.dumps(body, sort_keys=True, default=str))
 
 
@@ -96,7 +107,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     Returns (claim ids, results, the neighbours stored with each claim, params to add to the
     run when it completes: counts and, for methods other than the paper's, what was fitted).
     """
-    check_methods(spec.interval_method, spec.correction)
+    check_methods(spec.interval_method, spec.correction, spec.prior)
     scores = claim_scores(
         conn, spec.claim_ids, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
         spec.key.score_kind,
@@ -148,8 +159,13 @@ RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS)
 SPLIT_METHODS = ("conformal-split", "mondrian-split")
 
 
-def check_methods(interval_method: str, correction: str) -> None:
+PRIORS = ("labelled", "batch")
+
+
+def check_methods(interval_method: str, correction: str, prior: str = "labelled") -> None:
     """Refuse unknown method names before anything is computed or stored."""
+    if prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; choose from {list(PRIORS)}")
     if interval_method not in INTERVAL_METHODS:
         raise ValueError(f"unknown interval {interval_method!r}; choose from {sorted(INTERVAL_METHODS)}")
     if correction not in RUN_CORRECTIONS:
@@ -158,7 +174,7 @@ def check_methods(interval_method: str, correction: str) -> None:
 
 def is_paper_default(spec: RunSpec) -> bool:
     """The paper's NN-PPI with its z interval: computed by the original code path, bit for bit."""
-    return spec.interval_method == "z" and spec.correction == "paper"
+    return spec.interval_method == "z" and spec.correction == "paper" and spec.prior == "labelled"
 
 
 def cv_ks(k: int) -> tuple[int, ...]:
@@ -275,8 +291,17 @@ def compute_methods(
     choice, chosen = fit_choice(cal, correction, spec.k, spec.threshold)
     fitted |= chosen
     # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
-    fitted["prevalence"] = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
-                                          nnppi.decide(theta_in, spec.threshold), spec.alpha).as_dict()
+    prevalence = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
+                                nnppi.decide(theta_in, spec.threshold), spec.alpha)
+    fitted["prevalence"] = prevalence.as_dict()
+    threshold = choice.threshold
+    if spec.prior == "batch" and prevalence.estimate is not None:
+        threshold = prior_threshold(prevalence.labelled, prevalence.estimate, choice.threshold)
+        fitted["prior"] = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
+                           "threshold_on_theta": threshold}
+    elif spec.prior == "batch":
+        fitted["prior"] = {"mode": "batch", "threshold_on_theta": threshold,
+                           "note": "no batch estimate (L's classes not separated): L's prior"}
     k = choice.k
     nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=cal, dist=nq.distances, k=k)
     theta = choice.theta(nb)
@@ -284,7 +309,7 @@ def compute_methods(
     km = nnppi.knn_mean(nb.y_nbr())
     res = nnppi.NNPPIResult(
         score=c, theta=theta, ci_low=np.asarray(lo, dtype=float), ci_high=np.asarray(hi, dtype=float),
-        knn_mean=km, decision=nnppi.decide(theta, choice.threshold),
+        knn_mean=km, decision=nnppi.decide(theta, threshold),
         knn_decision=nnppi.decide(km, spec.threshold),
         baseline_decision=nnppi.decide(c, spec.threshold))
     used = Neighbours(claim_ids=nq.claim_ids, neighbor_ids=nq.neighbor_ids[:, :k],
@@ -294,7 +319,7 @@ def compute_methods(
 
 def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> int:
     """Run (or reuse) the calibration described by ``spec``; return the run id."""
-    check_methods(spec.interval_method, spec.correction)
+    check_methods(spec.interval_method, spec.correction, spec.prior)
     ctx = ctx or RunContext()
     with engine.connect() as lock:
         fingerprint = label_set_fingerprint(lock, spec.label_set_id)

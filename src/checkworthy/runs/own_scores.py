@@ -94,6 +94,8 @@ class CalibrateOutcome:
     #: the batch's share of check-worthy claims (:mod:`checkworthy.method.prevalence`), when the
     #: run computed it
     prevalence: dict[str, Any] | None = None
+    #: the prior decisions were made for, when it is the batch's (the threshold on theta it gave)
+    prior: dict[str, Any] | None = None
 
 
 def calibrate_files(
@@ -160,19 +162,19 @@ def store_files(
 
 def calibrate_stored(
     engine: Engine, files: StoredFiles, key: store.ScoreKey, k: int, out: Path, alpha: float,
-    threshold: float, interval: str, correction: str,
+    threshold: float, interval: str, correction: str, prior: str = "labelled",
 ) -> CalibrateOutcome:
     """Calibrate the stored U against L under ``key``, write ``out``, and measure if U has labels."""
     lab, unl, u_ids = files.lab, files.unl, files.u_ids
     labelled_texts = {r.text for r in lab}
     in_labeled = [r.line for r in unl if r.text in labelled_texts]
     spec = RunSpec(files.target, tuple(u_ids), files.label_set_id, key, k, alpha, threshold,
-                   interval_method=interval, correction=correction)
+                   interval_method=interval, correction=correction, prior=prior)
     run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled)}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
-        prevalence = load_run(conn, run_id)["params"].get("prevalence")
+        run_params = load_run(conn, run_id)["params"]
     _write_out(out, unl, u_ids, results, names)
     got = None
     if all(r.label is not None for r in unl) and all(i in results for i in u_ids):
@@ -188,7 +190,8 @@ def calibrate_stored(
         got["baseline"]["roc_auc"] = metrics.roc_auc(y, [r["score"] for r in res])
         got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
         got["nnppi"]["share_positive"] = float(y.mean())
-    return CalibrateOutcome(run_id, len(unl), got, in_labeled, prevalence)
+    return CalibrateOutcome(run_id, len(unl), got, in_labeled, run_params.get("prevalence"),
+                            run_params.get("prior"))
 
 
 def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str]) -> None:

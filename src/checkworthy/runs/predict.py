@@ -41,6 +41,7 @@ class Recommended:
     k: int = 10
     alpha: float = 0.05
     threshold: float = 0.5
+    prior: str = "labelled"
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
@@ -73,4 +74,4 @@ def predict_files(
     hashes = [store.sha256_text(r.text) for r in lab + unl]
     _, _, keys = score_missing(engine, scorer, hashes, *prompt)
     return calibrate_stored(engine, files, keys[rec.score_kind], rec.k, out, rec.alpha, rec.threshold,
-                            rec.interval, rec.correction)
+                            rec.interval, rec.correction, rec.prior)

@@ -42,7 +42,6 @@ old neighbour as added, or a non-neighbour as removed, costs work, never correct
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -56,7 +55,14 @@ from threadpoolctl import threadpool_limits
 
 from checkworthy.method import nnppi
 from checkworthy.method.metrics import metric_rows
-from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration, start_run
+from checkworthy.runs.calibration_run import (
+    RunContext,
+    RunSpec,
+    is_paper_default,
+    key_of,
+    run_calibration,
+    start_run,
+)
 from checkworthy.store import recalibration as recal_store
 from checkworthy.store.calibration_runs import (
     complete_run,
@@ -80,7 +86,6 @@ from checkworthy.store.rows import (
     label_set_claims_without_score,
     label_set_fingerprint,
     model_spec,
-    sha256_text,
 )
 
 #: above this share of added claims in the new pool a full run is cheaper
@@ -156,8 +161,9 @@ class Plan:
 def incremental_applies(spec: RunSpec) -> bool:
     """Only the paper's NN-PPI (z interval, residual-mean correction) is local to each claim's
     neighbours; fitted corrections, conformal intervals and the CV choice depend on all of L, so a
-    label change moves every claim and those calibrations are recomputed in full."""
-    return spec.interval_method == "z" and spec.correction == "paper"
+    label change moves every claim and those calibrations are recomputed in full (so does a
+    decision for the batch's prior, which depends on every claim of the batch)."""
+    return is_paper_default(spec)
 
 
 def find_parent(conn: Connection, spec: RunSpec) -> int | None:
@@ -431,7 +437,7 @@ def fast_run_key(spec: RunSpec, fingerprint: str) -> str:
     body: dict[str, Any] = {f.name: getattr(spec, f.name) for f in fields(spec)}
     body |= {"key": asdict(spec.key), "claim_ids": sorted(spec.claim_ids), "fingerprint": fingerprint,
              "label_set_id": None}
-    return sha256_text(json.dumps(body, sort_keys=True, default=str))
+    return key_of(body)
 
 
 def recalibrate(

@@ -2,8 +2,8 @@
 
 * Training texts come from every labelled file we hold (ClaimBuster all debates, CLEF 2024 train,
   dev, dev-test) minus every text whose *normalised* form (``datasets.normalise_text``) occurs in
-  an excluded group. The default excludes both test splits (``claimbuster:2016``,
-  ``clef2024:dev-test``) *and* both calibration sets (``claimbuster:calibration``,
+  an excluded group. The default excludes the held-out evaluation sets (``claimbuster:2016``,
+  ``clef2024:dev``, ``clef2024:dev-test``) *and* both calibration sets (``claimbuster:calibration``,
   ``clef2024:calibration``: the paper's balanced samples, rebuilt with ``build_splits`` and the
   seed of params.yaml), so L is scored by a model that never saw it. This matters because the CLEF
   train file is ClaimBuster relabelled: it holds every ClaimBuster 2016 sentence.
@@ -42,7 +42,7 @@ from checkworthy.data.datasets import (
     normalise_text,
 )
 from checkworthy.data.versioning import git_rev
-from checkworthy.method.metrics import classification_report
+from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.scorers.classifier import (
     ARTEFACT_ROOT,
     FORMAT_VERSION,
@@ -53,7 +53,7 @@ from checkworthy.scorers.classifier import (
 )
 from checkworthy.scorers.sentence_encoder import Embedder, embed
 
-TEST_SPLITS = ("claimbuster:2016", "clef2024:dev-test")
+TEST_SPLITS = ("claimbuster:2016", "clef2024:dev", "clef2024:dev-test")
 DEFAULT_EXCLUDE = (*TEST_SPLITS, "claimbuster:calibration", "clef2024:calibration")
 #: regularisation strengths tried by cross-validation on the training set (never on a test split)
 C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -239,10 +239,12 @@ def fit_head(x: NDArray[np.float32], y: Sequence[int], c: float | None, seed: in
     return model.coef_[0].astype(np.float64), float(model.intercept_[0]), info
 
 
-def evaluate(art: Artefact, groups: Mapping[str, Sequence[Claim]], splits: Sequence[str] = TEST_SPLITS,
-             embedder: Embedder | None = None, cache: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Test metrics on each split that the artefact excluded from training (others are refused)."""
-    excluded = set(art.manifest.get("training_data", {}).get("excluded", {}))
+def evaluate(predict: Callable[[list[str]], NDArray[np.float64]], manifest: Mapping[str, Any],
+             groups: Mapping[str, Sequence[Claim]], splits: Sequence[str] = TEST_SPLITS
+             ) -> dict[str, dict[str, Any]]:
+    """Test metrics of ``predict`` (texts to P(check-worthy)) on each split that the artefact's
+    ``manifest`` excluded from training (others are refused)."""
+    excluded = set(manifest.get("training_data", {}).get("excluded", {}))
     out: dict[str, dict[str, Any]] = {}
     for split in splits:
         if split not in groups:
@@ -251,12 +253,13 @@ def evaluate(art: Artefact, groups: Mapping[str, Sequence[Claim]], splits: Seque
             out[split] = {"refused": "this split was not excluded from training"}
             continue
         claims = groups[split]
-        p = art.predict_proba(embed_cached([c.text for c in claims], cache, embedder))
+        p = predict([c.text for c in claims])
         y = np.asarray([c.label for c in claims], dtype=int)
         report = classification_report(y, (p >= 0.5).astype(int))
         c_vals = np.asarray([paper_c(float(v)) for v in p])
         out[split] = {
             "n": len(claims), "n_positive": int(y.sum()),
+            "roc_auc": round(roc_auc(y, p), 4),
             "p_positive>=0.5": {k: round(v, 4) for k, v in report.items()},
             "paper_c>=0.5": {"weighted_f1": round(classification_report(y, (c_vals >= 0.5).astype(int))
                                                   ["weighted_f1"], 4),
@@ -315,7 +318,8 @@ def train(
     }
     folder = save_artefact(name, coef, intercept, manifest, root)
     art = load_artefact(f"{name}@{folder.name}", root)
-    art.manifest["metrics"] = evaluate(art, groups, embedder=embedder, cache=cache)
+    art.manifest["metrics"] = evaluate(lambda texts: art.predict_proba(embed_cached(texts, cache, embedder)),
+                                       art.manifest, groups)
     (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")
     echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
     return art

@@ -32,12 +32,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL, ROOT
+from checkworthy.data.versioning import pull_tracked
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.sentence_encoder import Embedder, embed
 
 ARTEFACT_ROOT = ROOT / "models" / "classifier"
 FORMAT_VERSION = 1
 SCORE_KINDS = ("paper_c", "p_positive")
+#: ``model_type`` of a MiniLM + LoRA artefact (:mod:`checkworthy.scorers.lora_classifier`)
+LORA = "minilm_lora"
 
 
 def paper_c(p: float) -> float:
@@ -71,17 +74,31 @@ def head_bytes(coef: NDArray[np.float64], intercept: float) -> bytes:
     return (json.dumps(head, separators=(",", ":")) + "\n").encode()
 
 
+def latest_version(name: str, root: Path = ARTEFACT_ROOT) -> str:
+    """The version ``LATEST`` names; a DVC-tracked artefact missing here is pulled first."""
+    pull_tracked(root / name)
+    latest = root / name / "LATEST"
+    if not latest.exists():
+        raise FileNotFoundError(f"no classifier {name!r} under {root} (train it: checkworthy "
+                                f"train-classifier --name {name})")
+    return latest.read_text().strip()
+
+
+def model_type(ref: str, root: Path = ARTEFACT_ROOT) -> str:
+    """What kind of model ``name[@version]`` is (its manifest's ``model_type``; the logistic head
+    predates the field)."""
+    name, _, version = ref.partition("@")
+    folder = root / name / (version or latest_version(name, root))
+    if not (folder / "manifest.json").exists():
+        raise FileNotFoundError(f"no version {folder.name!r} of classifier {name!r} under {root}")
+    return json.loads((folder / "manifest.json").read_text()).get("model_type", "logistic_regression")
+
+
 def load_artefact(ref: str, root: Path = ARTEFACT_ROOT) -> Artefact:
     """Load ``name`` (latest) or ``name@version``; the head's sha256 must match the manifest."""
     name, _, version = ref.partition("@")
-    base = root / name
-    if not version:
-        latest = base / "LATEST"
-        if not latest.exists():
-            raise FileNotFoundError(f"no classifier {name!r} under {root} (train it: checkworthy "
-                                    f"train-classifier --name {name})")
-        version = latest.read_text().strip()
-    folder = base / version
+    version = version or latest_version(name, root)
+    folder = root / name / version
     if not (folder / "manifest.json").exists():
         raise FileNotFoundError(f"no version {version!r} of classifier {name!r} under {root}")
     manifest = json.loads((folder / "manifest.json").read_text())

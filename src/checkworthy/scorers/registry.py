@@ -16,7 +16,7 @@ from typing import Any
 
 from checkworthy.scorers import prompt
 from checkworthy.scorers.base import Scorer
-from checkworthy.scorers.classifier import ClassifierScorer
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA, ClassifierScorer, model_type
 from checkworthy.scorers.file_scorer import FileScorer
 from checkworthy.scorers.http_retry import RetryPolicy
 from checkworthy.scorers.sampling_presets import GREEDY, Sampling, paper_sampling
@@ -95,7 +95,12 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
     if kind == "classifier":
         if not name:
             raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
-        return ClassifierScorer(name, **_pick(options, "root", "batch_size")), NO_PROMPT
+        kwargs = _pick(options, "root", "batch_size")
+        if model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT))) == LORA:
+            from checkworthy.scorers.lora_classifier import LoraClassifierScorer  # start-up: torch, peft
+
+            return LoraClassifierScorer(name, **kwargs), NO_PROMPT
+        return ClassifierScorer(name, **kwargs), NO_PROMPT
     if kind == "file":
         if not name:
             raise ValueError("file: needs a CSV path, e.g. file:scores/gpt.csv")

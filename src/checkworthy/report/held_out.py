@@ -1,0 +1,110 @@
+"""The held-out report (``checkworthy evaluate``): every predictor side by side on unseen events.
+
+It leads with one table: per predictor and method, the mean across events of positive-class F1
+(the shared task's metric) with its min-max, weighted F1, ROC AUC, mean average precision over the
+ClaimBuster debates, and each class's interval coverage. Then each event on its own, and the
+figure predictors are chosen by (raw ROC AUC on the labelled sets).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from checkworthy.report.formatting import fmt
+from checkworthy.runs.held_out import Event, Measured
+
+METHOD_ORDER = ("raw score at 0.5", "recommended", "recommended, batch prior", "paper NN-PPI")
+
+
+def _groups(measured: Sequence[Measured]) -> dict[tuple[str, str], list[Measured]]:
+    out: dict[tuple[str, str], list[Measured]] = defaultdict(list)
+    for m in measured:
+        out[(m.predictor, m.method)].append(m)
+    order = {name: i for i, name in enumerate(METHOD_ORDER)}
+    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))))
+
+
+def _mean(ms: Sequence[Measured], key: str) -> float:
+    vals = [m.figures.get(key, float("nan")) for m in ms]
+    return float(np.nanmean(vals)) if not all(np.isnan(vals)) else float("nan")
+
+
+def summary(measured: Sequence[Measured]) -> list[dict[str, Any]]:
+    """One row per predictor x method: means across events, with the spread of positive-class F1."""
+    rows = []
+    for (predictor, method), ms in _groups(measured).items():
+        f1 = [m.figures["f1_1"] for m in ms]
+        debates = [m for m in ms if m.event.startswith("ClaimBuster")]
+        rows.append({"predictor": predictor, "method": method, "n_events": len(ms),
+                     "f1_1": float(np.mean(f1)), "f1_1_min": float(np.min(f1)), "f1_1_max": float(np.max(f1)),
+                     "weighted_f1": _mean(ms, "weighted_f1"), "roc_auc": _mean(ms, "roc_auc"),
+                     "map_debates": _mean(debates, "average_precision") if debates else float("nan"),
+                     "coverage_0": _mean(ms, "coverage_0"), "coverage_1": _mean(ms, "coverage_1")})
+    return rows
+
+
+def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[str, float]],
+                events: Sequence[Event], recommended: str) -> str:
+    """The report's Markdown."""
+    lines = ["# Held-out evaluation", "",
+             f"Recommended path: {recommended}. Events: "
+             + "; ".join(f"{e.name} ({len(e.claims)} claims, {np.mean([c.label for c in e.claims]):.0%} "
+                         "check-worthy)" for e in events) + ".",
+             "No predictor trained on these claims and no default was chosen with them.", "",
+             "## Across events (mean; positive-class F1 with its min-max)", "",
+             "| predictor | method | F1 c1 (min-max) | weighted F1 | ROC AUC | MAP, debates "
+             "| coverage c0 / c1 |",
+             "|---|---|---|---|---|---|---|"]
+    for r in summary(measured):
+        cov = "–" if np.isnan(r["coverage_0"]) else f"{fmt(r['coverage_0'])} / {fmt(r['coverage_1'])}"
+        lines.append(f"| {r['predictor']} | {r['method']} | {fmt(r['f1_1'])} ({fmt(r['f1_1_min'])}-"
+                     f"{fmt(r['f1_1_max'])}) | {fmt(r['weighted_f1'])} | {fmt(r['roc_auc'])} | "
+                     f"{fmt(r['map_debates'])} | {cov} |")
+    lines += ["", "## Each event (positive-class F1 / weighted F1 / ROC AUC)", ""]
+    names = [e.name for e in events]
+    lines += ["| predictor | method | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for (predictor, method), ms in _groups(measured).items():
+        by = {m.event: m.figures for m in ms}
+        cells = [f"{fmt(by[n]['f1_1'])} / {fmt(by[n]['weighted_f1'])} / {fmt(by[n]['roc_auc'])}" if n in by
+                 else "–" for n in names]
+        lines.append(f"| {predictor} | {method} | " + " | ".join(cells) + " |")
+    datasets = sorted({d for v in chosen_by.values() for d in v})
+    lines += ["", "## How the predictor is chosen: raw-score ROC AUC on the labelled sets", "",
+              "| predictor | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
+    for predictor, by in sorted(chosen_by.items(), key=lambda kv: -np.mean(list(kv[1].values()))):
+        lines.append(f"| {predictor} | " + " | ".join(fmt(by.get(d)) for d in datasets) + " |")
+    lines += ["", "Runs: " + ", ".join(sorted({str(m.run_id) for m in measured}, key=int))
+              + " (`checkworthy explain --run ID` traces any decision)."]
+    return "\n".join(lines) + "\n"
+
+
+def write(folder: Path, measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[str, float]],
+          events: Sequence[Event], recommended: str) -> Path:
+    """``held-out.md`` and ``held-out.json`` (every figure) under ``folder``; return the Markdown."""
+    folder.mkdir(parents=True, exist_ok=True)
+    md = folder / "held-out.md"
+    md.write_text(to_markdown(measured, chosen_by, events, recommended), encoding="utf-8")
+    body = {"summary": summary(measured), "chosen_by_labelled_auc": chosen_by,
+            "events": {e.name: {"n": len(e.claims), "n_dropped_in_labelled": e.n_dropped_in_labelled}
+                       for e in events},
+            "measured": [{"predictor": m.predictor, "method": m.method, "event": m.event, "run_id": m.run_id,
+                          **m.figures} for m in measured]}
+    (folder / "held-out.json").write_text(json.dumps(_finite(body), indent=1, sort_keys=True) + "\n")
+    return md
+
+
+def _finite(value: Any) -> Any:
+    """NaN as null, so the file is strict JSON."""
+    if isinstance(value, float):
+        return None if np.isnan(value) else value
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

