@@ -7,7 +7,8 @@ the parent. Then 100 new labelled claims arrive (a new label-set version) and th
 brought up to date twice, through the real code paths:
 
 - incremental: ``checkworthy.runs.recalibration.recalibrate`` from the parent run;
-- full: ``checkworthy.runs.calibration_run.run_calibration`` (SQL kNN over every target x every labelled claim).
+- full: ``checkworthy.runs.calibration_run.run_calibration`` (SQL kNN over every target x every
+  labelled claim).
 
 Both end as complete stored runs; the bench checks they are identical row for row and prints both
 wall times and their ratio, the incremental run's steps and the load average. Run:

@@ -8,6 +8,7 @@ git repository (the project's own data.dvc and dvcstore are never touched).
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 from pathlib import Path
@@ -87,6 +88,37 @@ def test_pipeline_flow_runs_every_step_and_records_provenance(flows, setup, engi
                                 commit_data=False)
     assert {r["mode"] for r in again["runs"]} == {"reused"}
     assert again["run_ids"] == out["run_ids"]
+
+
+def test_pipeline_flow_writes_the_report_and_leaves_its_artifacts(flows, setup, engine, first_run, tmp_path):
+    """As ``checkworthy run`` does: the flow's last task writes the report, and the flow run carries its
+    link, its headline (Markdown) and the headline's rows (a table)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    out = flows.pipeline_flow(params_path=setup["params"], db_url=setup["db_url"], repo=str(ROOT),
+                              commit_data=False, report_name="flow-report", reports_dir=str(tmp_path))
+    assert out["report"] == str(tmp_path / "flow-report" / "report.md")
+    with engine.connect() as conn:
+        flow_run = conn.execute(text("SELECT flow_run_id FROM reports WHERE name = 'flow-report'")).scalar_one()
+
+    async def artifacts():
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run])))
+
+    found = {a.key: a for a in asyncio.run(artifacts())}
+    assert found["report-flow-report"].type == "markdown"  # Prefect shows a link artifact as Markdown
+    assert (tmp_path / "flow-report" / "report.html").resolve().as_uri() in found["report-flow-report"].data
+    headline = found["report-flow-report-summary"]
+    assert headline.type == "markdown" and "| dataset | method | model | score | k |" in headline.data
+    assert "clef2024 | **recommended**" in headline.data
+    table = found["report-flow-report-headline"]
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert table.type == "table"
+    assert [r["method"] for r in rows][:1] == ["recommended"] and rows[0]["dataset"] == "clef2024"
 
 
 def test_label_change_end_to_end(flows, setup, engine, first_run):

@@ -19,6 +19,8 @@ FIGURES = {
     "reliability": lambda: plots.reliability("t", [("k=3", {"baseline": [(0.55, 0.3, 10), (0.85, 0.4, 5)],
                                                             "nnppi": [(0.2, 0.1, 8), (0.7, 0.8, 7)]})]),
     "histograms": lambda: plots.histograms("t", [("raw", [0, 0.5, 1], {"0": [3, 1], "1": [1, 4]})]),
+    "grouped_bars": lambda: plots.grouped_bars("t", ["recommended", "NN-PPI", "raw score"], ["a", "b"],
+                                               [[0.8, 0.7], [0.6, None], [0.4, 0.5]], "F1", [(1, 0, 0.55)]),
 }
 
 

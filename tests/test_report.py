@@ -6,7 +6,8 @@ Two stored worlds:
   labelled set and every figure can be worked out on paper (the comments show how). A second
   score key differs only in its sampling temperature.
 - ``world``: 100 labelled claims and 50 targets, k in {3, 5, 10}, for the sweeps, the files,
-  DVC, the HTML page in Chromium and byte-identical re-rendering.
+  DVC, the HTML page in Chromium (the headline on its first screen) and byte-identical
+  re-rendering; its k = 10 run is compared (every method), so the headline has every row.
 """
 
 from __future__ import annotations
@@ -28,16 +29,21 @@ from checkworthy.config import DVC_REPORT, ROOT
 from checkworthy.data.datasets import load_clef
 from checkworthy.data.versioning import data_hash, data_version
 from checkworthy.report.artifact import publish_artifact
+from checkworthy.report.comparison import ensure_comparison, latest_comparisons
 from checkworthy.report.evaluation import AnalysisOptions
 from checkworthy.report.files import save_report
+from checkworthy.report.formatting import fmt
+from checkworthy.report.render import HEADLINE
 from checkworthy.report.run_groups import load_runs
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.comparisons import comparison_rows
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.knn import neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
+from checkworthy.store.metrics import load_metrics
 from tests.conftest import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply
@@ -118,6 +124,7 @@ def world(engine, tmp_path_factory):
     ids, ls, runs = _store_world(engine, "world", claims, labels, {0.8: scores}, n_lab=100, ks=[3, 5, 10])
     out = tmp_path_factory.mktemp("reports")
     with engine.begin() as conn:
+        ensure_comparison(conn, runs[0.8][10], code_rev="test-rev")
         path = save_report(conn, "report-world", sorted(runs[0.8].values()), out,
                                   options=WORLD_OPTIONS)
     return Stored(runs[0.8], ids, ls, {}), path
@@ -166,7 +173,7 @@ def test_weighted_f1_beside_the_paper(hand, engine):
 
 def test_summary_table(hand, engine):
     rows = table(hand_md(hand, engine), "Summary")
-    assert rows == [["clef2024", "`file:gemma3-270m-hand`", "imported", "5", str(hand[0].runs[5]),
+    assert rows == [["clef2024", "`file:gemma3-270m-hand`", "imported score, T = 0.8", "5", str(hand[0].runs[5]),
                      "0.500", "0.481", "0.605", "0.827", "-0.222", "0.375"]]
 
 
@@ -328,35 +335,100 @@ def test_report_directory_files(world):
     names = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
     slug = "clef2024-file-gemma3-270m-world-imported"
     assert names == sorted([
-        "report.md", "report.html", "metrics.json",
+        "report.md", "report.html", "metrics.json", "figures/headline.png",
         f"figures/{slug}--f1_vs_k.png", f"figures/{slug}--f1_vs_L.png",
         f"figures/{slug}--reliability.png", f"figures/{slug}--histograms.png",
+        f"figures/{slug}--coverage_vs_width.png", f"plots/coverage_vs_width/{slug}.csv",
         f"plots/f1_vs_k/{slug}.csv", f"plots/f1_vs_L/{slug}.csv"])
     md = path.read_text()
     for png in (p for p in names if p.endswith(".png")):
         assert f"]({png})" in md
 
 
+def test_headline_leads_and_the_rest_is_folded(world, engine):
+    """The headline's table and figure come first; everything after them is folded."""
+    w, path = world
+    md = path.read_text()
+    head, rest = md.split("<details>", 1)
+    assert head.index("| dataset | method |") < head.index("](figures/headline.png)")
+    rows = table(md, HEADLINE)
+    assert [r[1:4] for r in rows] == [["**recommended**", *rows[1][2:4]],
+                                      ["NN-PPI, z interval", "file:gemma3-270m-world", "imported score, T = 0.8"],
+                                      ["raw score ≥ 0.5", "file:gemma3-270m-world", "imported score, T = 0.8"],
+                                      ["kNN label mean ≥ 0.5", "—", "—"]]
+    with engine.connect() as conn:
+        stored = load_metrics(conn, w.runs[10])
+        (cid,) = latest_comparisons(conn, [w.runs[10]])
+        compared = {(r["family"], r["method"], r["k"], r["metric"], r["class"]): r["value"]
+                    for r in comparison_rows(conn, [cid])}
+    # NN-PPI: the k = 10 run's stored figures, its ROC AUC the comparison's; the paper's figures are
+    # for verbalised scores only
+    assert rows[1][4:] == ["10", fmt(stored[("nnppi", "f1", "1")]), fmt(stored[("nnppi", "weighted_f1", "all")]),
+                           "—", fmt(compared[("correction", "paper", 10, "roc_auc", "all")]),
+                           fmt(stored[("nnppi", "coverage", "0")]), fmt(stored[("nnppi", "coverage", "1")])]
+    assert "—" not in rows[0][4:7] + rows[0][8:]  # the recommended row is filled (the paper has no figure)
+    assert not re.search(r"\b[0-9a-f]{8,}\b", head)  # settings in words, never a parameters hash
+    assert "## Summary" in rest and "## Methods compared" in rest
+    assert md.count("<details>") == 4  # every run, the data, the group, the methods compared
+
+
 def test_html_renders_with_every_plot_in_chromium(world, tmp_path):
+    """At 1280 px wide, the headline table and its figure lie on the first screen (above 800 px)."""
+    _, path = world
+    html = (path.parent / "report.html").read_text()
+    assert "<img" in html and 'src="figures/' not in html  # self-contained: embedded, not linked
+    assert html.count('src="data:image/png;base64,') == 6
+    dom, geo = in_chromium(path.parent / "report.html", tmp_path)
+    body = re.search(r"<body[^>]*>", dom)
+    assert body and 'data-plots-total="6"' in body.group(0) and 'data-plots-loaded="6"' in body.group(0)
+    assert "Ablation: calibration-set size |L|" in dom
+    assert_headline_on_first_screen(geo)
+
+
+def in_chromium(page: Path, tmp_path: Path) -> tuple[str, dict]:
+    """The page in headless Chromium, 1280 x 800: its DOM once loaded, and where the headline lies
+    (:data:`GEOMETRY`, run in a copy of the page). Skips without Debian's chromium."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
-    _, path = world
-    page = path.parent / "report.html"
-    html = page.read_text()
-    assert "<img" in html and 'src="figures/' not in html  # self-contained: embedded, not linked
-    assert html.count('src="data:image/png;base64,') == 4
+    copy = tmp_path / "page.html"
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", f"<script>{GEOMETRY}</script></body>"),
+                    encoding="utf-8")
     out = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync",
+         "--disable-component-update", "--disable-sync", "--window-size=1280,800",
          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
-         page.as_uri()],
+         copy.as_uri()],
         capture_output=True, text=True, timeout=120)
-    body = re.search(r"<body[^>]*>", out.stdout)
-    assert body, out.stderr[-2000:]
-    assert 'data-plots-total="4"' in body.group(0) and 'data-plots-loaded="4"' in body.group(0)
-    assert "Ablation: calibration-set size |L|" in out.stdout
+    found = re.search(r'<pre id="geometry">(.*?)</pre>', out.stdout)
+    assert found, (out.stdout[-2000:], out.stderr[-2000:])
+    return out.stdout, json.loads(found.group(1))
+
+
+def assert_headline_on_first_screen(geo: dict) -> None:
+    """The headline's table ends above 800 px, and its figure starts there too."""
+    assert geo["width"] == 1280
+    assert geo["table"]["header"] == "dataset" and geo["figure"]["plot"] == "figures/headline.png"
+    assert 0 < geo["table"]["top"] < geo["table"]["bottom"] < geo["figure"]["top"] < 800, geo
+    assert geo["figure"]["height"] > 150 and geo["contents"] > geo["figure"]["top"]
+
+
+#: run in the page once loaded: where the headline's table and figure and the contents list lie
+GEOMETRY = """
+window.addEventListener('load', function () {
+  var t = document.getElementById('headline'), f = document.getElementById('headline-figure');
+  var tr = t.getBoundingClientRect(), fr = f.getBoundingClientRect();
+  var pre = document.createElement('pre');
+  pre.id = 'geometry';
+  pre.textContent = JSON.stringify({
+    width: window.innerWidth,
+    table: {top: tr.top, bottom: tr.bottom, header: t.querySelector('th').textContent},
+    figure: {top: fr.top, height: fr.height, plot: f.querySelector('img').getAttribute('data-plot')},
+    contents: document.querySelector('details.toc').getBoundingClientRect().top});
+  document.body.appendChild(pre);
+});
+"""
 
 
 def test_rerender_is_byte_identical(world, engine, use_db, tmp_path, capsys):

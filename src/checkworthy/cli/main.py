@@ -30,23 +30,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The main job: both datasets, every k, the table beside the paper, a Markdown report."""
     from checkworthy.flows.pipeline import pipeline_flow
     from checkworthy.report.console import console_table, table_rows
-    from checkworthy.report.evaluation import AnalysisOptions
-    from checkworthy.report.files import save_report
 
     t0 = time.monotonic()
-    params = load_params(Path(args.params))
-    # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set)
+    # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set); its last task writes
+    # the report, so the flow run carries the report's artifacts
     result = pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
-                           commit_data=args.commit_data, echo=True)
-    run_ids = sorted(result["run_ids"])
-    with _engine().begin() as conn:
-        rows = table_rows(conn, run_ids)
+                           commit_data=args.commit_data, echo=True,
+                           report_name=args.name or time.strftime("run-%Y%m%d-%H%M%S"),
+                           reports_dir=str(Path(args.reports_dir).resolve()))
+    with _engine().connect() as conn:
         print()
-        print(console_table(rows))
-        name = args.name or time.strftime("run-%Y%m%d-%H%M%S")
-        path = save_report(conn, name, run_ids, Path(args.reports_dir),
-                           options=AnalysisOptions.from_params(params.get("report")))
-    print(f"\nreport: {path}\nwall time: {time.monotonic() - t0:.0f} s")
+        print(console_table(table_rows(conn, sorted(result["run_ids"]))))
+    print(f"\nreport: {result['report'] or 'none (no calibration run)'}\n"
+          f"wall time: {time.monotonic() - t0:.0f} s")
     return 0
 
 
@@ -126,7 +122,8 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
     p = outcome.prevalence
     if p and p.get("estimate") is not None:
         interval = (f"{p['level']:.0%} interval {p['low']:.3f}-{p['high']:.3f}, label-shift PPI"
-                    if p.get("low") is not None else "no interval: one decision throughout")
+                    if p.get("low") is not None
+                    else "no interval: one decision throughout the batch or a class of L")
         print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
               f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
     if outcome.prior and "batch" in outcome.prior:

@@ -85,7 +85,8 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
                   commit_data: bool = True, report_name: str | None = None, reports_dir: str | None = None,
                   metrics_file: str | None = None, limit: int | None = None,
                   report_prefix: str | None = None, echo: bool = False) -> dict[str, Any]:
-    """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> evaluate.
+    """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> compare
+    -> evaluate; the last task writes the report (``report_name``) with the flow run's artifacts.
 
     ``commit_data`` snapshots data/ first (``dvc add`` + ``dvc push``; a no-op when unchanged), so
     the recorded hash is the data actually used. ``report_prefix`` names a report per run

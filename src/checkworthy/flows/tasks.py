@@ -183,7 +183,8 @@ def compare_task(run_ids: list[int], db_url: str | None) -> list[int]:
 def evaluate_task(run_ids: list[int], db_url: str | None, metrics_file: str | None = None,
                   report_name: str | None = None, reports_dir: str | None = None,
                   report_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Collect each run's metrics (for DVC), optionally render and store the Markdown report."""
+    """Collect each run's metrics (for DVC); with ``report_name``, render, write and store the report
+    and leave its link, headline and headline rows as artifacts of this flow run."""
     engine = engine_for(db_url)
     with engine.begin() as conn:
         summary = metrics_summary(conn, run_ids)

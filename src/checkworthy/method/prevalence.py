@@ -27,6 +27,8 @@ from numpy.typing import ArrayLike
 from ppi_py import ppi_distribution_label_shift_ci
 from scipy.stats import binomtest
 
+from checkworthy.method.calibrators import adjust_prevalence
+
 
 @dataclass(frozen=True)
 class Prevalence:
@@ -82,13 +84,9 @@ def share_positive(y_l: ArrayLike, yhat_l: ArrayLike, yhat_u: ArrayLike, alpha: 
 
 def prior_threshold(labelled: float, batch: float, threshold: float = 0.5) -> float:
     """The threshold on theta (a probability under L's share ``labelled``) that decides as
-    ``threshold`` does on the probability under the batch's share ``batch``: Bayes' rule under
-    label shift multiplies the odds by ``ratio = batch/(1-batch) / (labelled/(1-labelled))``, so
-    theta must reach the odds ``o / ratio`` with ``o = threshold / (1 - threshold)``.
-
-    Shares of exactly 0 or 1 are clipped to [1e-3, 1 - 1e-3] (the rule needs finite odds).
+    ``threshold`` does on the probability under the batch's share ``batch``: ``threshold`` moved
+    from the batch's prior to L's by Bayes' rule (:func:`checkworthy.method.calibrators.
+    adjust_prevalence`). Shares of exactly 0 or 1 are clipped to [1e-3, 1 - 1e-3] (finite odds).
     """
     lab, bat = (float(np.clip(v, 1e-3, 1 - 1e-3)) for v in (labelled, batch))
-    ratio = (bat / (1 - bat)) / (lab / (1 - lab))
-    odds = threshold / (1 - threshold) if threshold < 1 else np.inf
-    return float(odds / (odds + ratio)) if np.isfinite(odds) else 1.0
+    return float(adjust_prevalence(np.array([threshold]), bat, lab)[0])

@@ -1,23 +1,19 @@
-"""The report in the Prefect UI: a link artifact to report.html and a summary artifact, published
-only from inside a flow or task run."""
+"""The report in the Prefect UI: a link artifact to report.html, the headline as a Markdown artifact
+and as a table artifact, published only from inside a flow or task run."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from checkworthy.report.document import Document, Table, to_markdown
 from checkworthy.report.formatting import slug
 
 
-def summary_markdown(doc: Document, name: str) -> str:
-    """The report's summary table (its first table) as Markdown, for the artifact."""
-    table = next(b for b in doc.blocks if isinstance(b, Table))
-    return to_markdown(Document(f"checkworthy report: {name}", [table])).strip() + "\n"
-
-
-def publish_artifact(report_dir: Path, name: str, summary: str = "") -> str | None:
-    """Inside a Prefect flow or task run: a link artifact to report.html and a summary artifact.
+def publish_artifact(report_dir: Path, name: str, summary: str = "",
+                     table: Sequence[Mapping[str, str]] = ()) -> str | None:
+    """Inside a Prefect flow or task run: a link artifact to report.html, ``summary`` (Markdown: the
+    headline table and its notes) and ``table`` (the headline's rows) as artifacts of the run.
 
     Outside a run this is a no-op (returns None), so the CLI and tests call it freely. The link
     is ``$CHECKWORTHY_REPORTS_URL/<name>/report.html`` when that is set (a web server in front
@@ -27,7 +23,11 @@ def publish_artifact(report_dir: Path, name: str, summary: str = "") -> str | No
 
     if FlowRunContext.get() is None and TaskRunContext.get() is None:
         return None
-    from prefect.artifacts import create_link_artifact, create_markdown_artifact  # start-up: as above
+    from prefect.artifacts import (  # start-up: as above
+        create_link_artifact,
+        create_markdown_artifact,
+        create_table_artifact,
+    )
 
     base = os.environ.get("CHECKWORTHY_REPORTS_URL")
     page = report_dir / "report.html"
@@ -37,5 +37,8 @@ def publish_artifact(report_dir: Path, name: str, summary: str = "") -> str | No
                          description=f"checkworthy report {name}: report.html (Markdown: report.md)")
     if summary:
         create_markdown_artifact(markdown=summary, key=key + "-summary",
-                                 description=f"checkworthy report {name}: weighted F1 per run")
+                                 description=f"checkworthy report {name}: the headline")
+    if table:
+        create_table_artifact(table=[dict(row) for row in table], key=key + "-headline",
+                              description=f"checkworthy report {name}: the headline's rows")
     return link

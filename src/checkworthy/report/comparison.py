@@ -16,7 +16,8 @@ Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value`
                  scaling, marginal and class-conditional (Mondrian): coverage and set sizes.
 ``correction``   every point correction of :data:`checkworthy.method.corrections.CORRECTIONS` at the run's k
                  (raw score and KNN are the paper's baselines): weighted F1, class precision,
-                 recall, F1, accuracy, predicted positive rate, Brier score.
+                 recall, F1, accuracy, predicted positive rate, Brier score and the ROC AUC
+                 of the value before it is thresholded (so has every decision family).
 ``cv``           the correction picked by :func:`checkworthy.method.corrections.select_by_cv` on L
                  (leave-one-out weighted F1), applied to the targets; ``cv_weighted_f1`` is its
                  score on L. ``cv-candidates`` keeps the best L score of each (method, k).
@@ -88,7 +89,8 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int_]
 
 #: bump when a computation changes: stored comparisons of older versions are not reused
-COMPARISON_VERSION = 3  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals
+COMPARISON_VERSION = 4  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals;
+#: 4: ROC AUC of every decision row
 #: conformal interval methods (the ones whose coverage targets apply)
 CONFORMAL = tuple(m for m in INTERVAL_METHODS if m.startswith(("conformal", "mondrian")))
 #: conformal prediction sets: name -> (calibrator, class-conditional)
@@ -202,7 +204,8 @@ def _add_interval(out: Comparison, family: str, method: str, nb: Neighbourhood, 
 
 def _decision_rows(family: str, method: str, k: int | None, y: IntArray, p: FloatArray,
                    threshold: float) -> list[MetricRow]:
-    """Classification figures of ``p >= threshold`` and the Brier score of ``clip(p, 0, 1)``."""
+    """Classification figures of ``p >= threshold``, the Brier score of ``clip(p, 0, 1)`` and the
+    ROC AUC of ``p`` (how well it ranks, whatever the threshold)."""
     rep = metrics.classification_report(y, nnppi.decide(p, threshold))
     rows = []
     for name, value in rep.items():
@@ -212,6 +215,7 @@ def _decision_rows(family: str, method: str, k: int | None, y: IntArray, p: Floa
         rows.append(MetricRow(family, method, k, base, value, cls) if cls in ("0", "1")
                     else MetricRow(family, method, k, name, value))
     rows.append(MetricRow(family, method, k, "brier", float(np.mean((np.clip(p, 0, 1) - y) ** 2))))
+    rows.append(MetricRow(family, method, k, "roc_auc", metrics.roc_auc(y, p)))
     return rows
 
 

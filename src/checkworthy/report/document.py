@@ -10,7 +10,10 @@ The HTML page is self-contained: its CSS is inline and each figure is embedded a
 ``data:`` URI, so the single file can be mailed or attached to a ticket. A short script
 checks on load that every figure decoded and records the result on ``<body>``
 (``data-plots-loaded`` / ``data-plots-total``), showing a warning if one did not; the tests
-read that attribute from headless Chromium.
+read that attribute from headless Chromium. A :class:`Fold` is a ``<details>`` element in both
+renderings (GitHub shows Markdown inside one), so detail can follow the first screen closed; the
+contents list goes where the :class:`Contents` block stands, and following one of its links
+opens the folds around the target.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import html
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -46,22 +50,39 @@ class Bullets:
 
 @dataclass(frozen=True)
 class Table:
-    """A table; cells are inline Markdown. ``caption`` is rendered as a paragraph above it."""
+    """A table; cells are inline Markdown. ``caption`` is rendered as a paragraph above it; ``name``,
+    if given, is the HTML element's id (the page's style and tests find it by that)."""
 
     header: Sequence[str]
     rows: Sequence[Sequence[str]]
     caption: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
 class Image:
-    """A figure: ``path`` relative to the report directory (e.g. ``figures/f1_vs_k.png``)."""
+    """A figure: ``path`` relative to the report directory (e.g. ``figures/f1_vs_k.png``); ``name``
+    as :class:`Table`'s."""
 
     path: str
     alt: str
+    name: str = ""
 
 
-Block = Heading | Para | Bullets | Table | Image
+@dataclass(frozen=True)
+class Contents:
+    """Where the HTML page lists its headings (folded); nothing in Markdown, whose viewers list them."""
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Blocks shown closed under a one-line ``summary`` (inline Markdown): ``<details>``."""
+
+    summary: str
+    blocks: Sequence[Block]
+
+
+Block = Heading | Para | Bullets | Table | Image | Contents | Fold
 
 
 @dataclass
@@ -102,9 +123,17 @@ def _md_row(cells: Sequence[str]) -> str:
 
 def to_markdown(doc: Document) -> str:
     """GitHub-flavoured Markdown; ends with one newline."""
-    out = [f"# {doc.title}"]
-    for b in doc.blocks:
-        if isinstance(b, Heading):
+    return "\n\n".join([f"# {doc.title}", *_md_blocks(doc.blocks)]) + "\n"
+
+
+def _md_blocks(blocks: Sequence[Block]) -> list[str]:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Fold):  # blank lines around the content: GitHub renders it as Markdown
+            out.append(f"<details>\n<summary>{inline_html(b.summary)}</summary>")
+            out += _md_blocks(b.blocks)
+            out.append("</details>")
+        elif isinstance(b, Heading):
             out.append("#" * b.level + " " + b.text)
         elif isinstance(b, Para):
             out.append(b.text)
@@ -117,7 +146,7 @@ def to_markdown(doc: Document) -> str:
             out.append("\n".join(lines))
         elif isinstance(b, Image):
             out.append(f"![{esc(b.alt)}]({b.path})")
-    return "\n\n".join(out) + "\n"
+    return out
 
 
 # ---- HTML -------------------------------------------------------------------------------------
@@ -163,22 +192,32 @@ body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;co
 background:#fff;line-height:1.45}
 main{max-width:1180px;margin:0 auto;padding:24px 32px 64px}
 h1{border-bottom:2px solid #d0d7de;padding-bottom:6px}
-h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:40px}
+h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:40px}h1+h2{margin-top:16px}
 h3{margin-top:28px}h4{margin-top:20px}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;vertical-align:top}
 th{background:#f6f8fa;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr:nth-child(even) td{background:#fbfcfd}
+tr:nth-child(even) td{background:#fbfcfd}#headline td{white-space:nowrap}
 code{background:#f2f4f6;padding:0 3px;border-radius:3px;font-size:90%;word-break:break-all}
 figure{margin:12px 0 20px}figure img{max-width:100%;border:1px solid #eaeef2}
 figcaption{font-size:12px;color:#57606a}
-nav.toc{background:#f6f8fa;border:1px solid #d0d7de;padding:8px 16px;font-size:13px}
-nav.toc ul{margin:4px 0;padding-left:18px}
+details{border:1px solid #d0d7de;border-radius:4px;margin:10px 0;padding:0 16px}
+details>summary{cursor:pointer;font-weight:600;padding:6px 0}
+details.toc{background:#f6f8fa;font-size:13px}details.toc ul{margin:4px 0;padding-left:18px}
+details.fold>h2:first-of-type{margin-top:8px}
 #plot-warning{display:none;background:#ffebe9;border:1px solid #ff8182;padding:8px;margin:8px 0}
 """
 
 SCRIPT = """
+function openTo(hash) {
+  var el = hash.length > 1 ? document.getElementById(decodeURIComponent(hash.slice(1))) : null;
+  var target = el;
+  for (; el; el = el.parentElement) { if (el.tagName === 'DETAILS') { el.open = true; } }
+  if (target) { target.scrollIntoView(); }
+}
+window.addEventListener('hashchange', function () { openTo(location.hash); });
 window.addEventListener('load', function () {
+  openTo(location.hash);
   var imgs = document.querySelectorAll('img[data-plot]'), ok = 0;
   imgs.forEach(function (im) { if (im.complete && im.naturalWidth > 0) { ok++; } });
   document.body.setAttribute('data-plots-loaded', String(ok));
@@ -193,40 +232,13 @@ window.addEventListener('load', function () {
 
 
 def to_html(doc: Document, images: Mapping[str, bytes]) -> str:
-    """One self-contained HTML page: inline CSS, figures as base64 data URIs, a contents list."""
-    seen: dict[str, int] = {}
-    body: list[str] = []
+    """One self-contained HTML page: inline CSS, figures as base64 data URIs, a folded contents list."""
     toc: list[tuple[int, str, str]] = []
-    for b in doc.blocks:
-        if isinstance(b, Heading):
-            anchor = _anchor(b.text, seen)
-            if b.level <= 3:
-                toc.append((b.level, anchor, inline_html(b.text)))
-            body.append(f'<h{b.level} id="{anchor}">{inline_html(b.text)}</h{b.level}>')
-        elif isinstance(b, Para):
-            body.append(f"<p>{inline_html(b.text)}</p>")
-        elif isinstance(b, Bullets):
-            body.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in b.items) + "</ul>")
-        elif isinstance(b, Table):
-            if b.caption:
-                body.append(f"<p>{inline_html(b.caption)}</p>")
-            head = "".join(f"<th>{inline_html(h)}</th>" for h in b.header)
-            rows = []
-            for r in b.rows:
-                cells = "".join(
-                    f'<td class="num">{inline_html(c)}</td>' if _NUM.match(c.strip()) else
-                    f"<td>{inline_html(c)}</td>" for c in r)
-                rows.append(f"<tr>{cells}</tr>")
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-        elif isinstance(b, Image):
-            data = images.get(b.path)
-            src = "data:image/png;base64," + base64.b64encode(data).decode("ascii") if data else ""
-            body.append(f'<figure><img data-plot="{html.escape(b.path)}" src="{src}" '
-                        f'alt="{html.escape(b.alt)}"><figcaption>{html.escape(b.alt)}</figcaption></figure>')
-    nav = ["<nav class=\"toc\"><strong>Contents</strong><ul>"]
+    body = _html_blocks(doc.blocks, images, {}, toc)
+    nav = [f'<details class="toc"><summary>Contents ({len(toc)} sections)</summary><nav><ul>']
     for level, anchor, label in toc:
         nav.append(f'<li style="margin-left:{(level - 2) * 16}px"><a href="#{anchor}">{label}</a></li>')
-    nav.append("</ul></nav>")
+    nav.append("</ul></nav></details>")
     title = inline_html(doc.title)
     plain_title = html.escape(re.sub(r"\\(.)|[`*]", lambda m: m.group(1) or "", doc.title))
     return "\n".join([
@@ -242,11 +254,59 @@ def to_html(doc: Document, images: Mapping[str, bytes]) -> str:
         "<main>",
         f"<h1>{title}</h1>",
         '<div id="plot-warning"></div>',
-        "".join(nav),
-        *body,
+        *["".join(nav) if part is _CONTENTS else part for part in body],
         "</main>",
         f"<script>{SCRIPT}</script>",
         "</body>",
         "</html>",
         "",
     ])
+
+
+_CONTENTS = object()  # where the contents list goes, filled in once every heading is known
+
+
+def _html_blocks(blocks: Sequence[Block], images: Mapping[str, bytes], seen: dict[str, int],
+                 toc: list[tuple[int, str, str]]) -> list[Any]:
+    """The blocks as HTML fragments (and :data:`_CONTENTS`), collecting headings into ``toc``."""
+    body: list[Any] = []
+    for b in blocks:
+        if isinstance(b, Contents):
+            body.append(_CONTENTS)
+        elif isinstance(b, Fold):
+            body.append(f'<details class="fold"><summary>{inline_html(b.summary)}</summary>')
+            body += _html_blocks(b.blocks, images, seen, toc)
+            body.append("</details>")
+        elif isinstance(b, Heading):
+            anchor = _anchor(b.text, seen)
+            if b.level <= 3:
+                toc.append((b.level, anchor, inline_html(b.text)))
+            body.append(f'<h{b.level} id="{anchor}">{inline_html(b.text)}</h{b.level}>')
+        elif isinstance(b, Para):
+            body.append(f"<p>{inline_html(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            body.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Table):
+            body.append(_html_table(b))
+        elif isinstance(b, Image):
+            data = images.get(b.path)
+            src = "data:image/png;base64," + base64.b64encode(data).decode("ascii") if data else ""
+            body.append(f'<figure{_id(b.name)}><img data-plot="{html.escape(b.path)}" src="{src}" '
+                        f'alt="{html.escape(b.alt)}"><figcaption>{html.escape(b.alt)}</figcaption></figure>')
+    return body
+
+
+def _id(name: str) -> str:
+    return f' id="{html.escape(name)}"' if name else ""
+
+
+def _html_table(b: Table) -> str:
+    """A table (its caption a paragraph above it); numbers right-aligned."""
+    head = "".join(f"<th>{inline_html(h)}</th>" for h in b.header)
+    rows = []
+    for r in b.rows:
+        cells = "".join(f'<td class="num">{inline_html(c)}</td>' if _NUM.match(c.strip()) else
+                        f"<td>{inline_html(c)}</td>" for c in r)
+        rows.append(f"<tr>{cells}</tr>")
+    table = f"<table{_id(b.name)}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f"<p>{inline_html(b.caption)}</p>\n{table}" if b.caption else table

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from checkworthy.report.artifact import publish_artifact, summary_markdown
+from checkworthy.report.artifact import publish_artifact
 from checkworthy.report.comparison import latest_comparisons
 from checkworthy.report.document import to_html
 from checkworthy.report.evaluation import AnalysisOptions, ensure_analyses
@@ -50,7 +50,7 @@ def write_report_dir(built: Built, out: Path) -> Path:
 
 def save_report(conn: Connection, name: str, run_ids: Sequence[int], directory: Path,
                 flow_run_id: str | None = None, *, options: AnalysisOptions | None = None) -> Path:
-    """Analyse, render and write ``directory/<name>/``; store the Markdown; publish an artifact.
+    """Analyse, render and write ``directory/<name>/``; store the Markdown; publish the artifacts.
 
     Returns the path of report.md. The report row pins the analyses it rendered, so
     ``checkworthy report <name>`` re-renders exactly the same Markdown later.
@@ -61,7 +61,7 @@ def save_report(conn: Connection, name: str, run_ids: Sequence[int], directory: 
     built = build(conn, run_ids, title, analysis_ids, comparison_ids)
     path = write_report_dir(built, directory / name)
     store_report(conn, name, run_ids, built.markdown, str(path), flow_run_id, analysis_ids, comparison_ids)
-    publish_artifact(path.parent, name, summary_markdown(built.doc, name))
+    publish_artifact(path.parent, name, built.headline.markdown(title), built.headline.records())
     return path
 
 

@@ -16,8 +16,8 @@ from checkworthy.report.run_groups import Group
 COVERAGE_TARGETS = (0.94, 0.92)
 #: (metric, class) columns of the decisions table
 DECISION_COLUMNS = (("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"),
-                    ("predicted_positive_rate", "all"), ("brier", "all"), ("cv_weighted_f1", "all"),
-                    ("threshold", "all"))
+                    ("predicted_positive_rate", "all"), ("brier", "all"), ("roc_auc", "all"),
+                    ("cv_weighted_f1", "all"), ("threshold", "all"))
 FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choice",
                  "interval-head": "around the head's CV choice", "sets": "conformal set",
                  "correction": "correction", "cv": "CV choice", "calibrator": "calibrator",
@@ -92,7 +92,7 @@ def _group_comparison(doc: Document, g: Group, runs: Sequence[Mapping[str, Any]]
          "mean_set_size"], csv_rows)
     doc.add(Image(path, f"Coverage against mean width of every interval, {g.title}"))
     doc.add(Table(["run k", "family", "method", "k", "weighted F1", "F1 (0)", "F1 (1)", "accuracy",
-                   "predicted positive rate", "Brier", "L CV weighted F1", "threshold"], dec_rows,
+                   "predicted positive rate", "Brier", "ROC AUC", "L CV weighted F1", "threshold"], dec_rows,
                   caption="Decisions at the run's threshold on its target claims. 'raw' is the Baseline, "
                           "'knn' the KNN baseline, 'paper' NN-PPI; calibrators see the score alone."))
 

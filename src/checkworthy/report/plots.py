@@ -226,3 +226,42 @@ def coverage_vs_width(
         ax.legend(handles, labels, fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
         fig.tight_layout()
         return to_png(fig)
+
+
+#: bar colours of the groups (datasets) in :func:`grouped_bars`
+GROUP_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+
+
+def grouped_bars(title: str, categories: Sequence[str], groups: Sequence[str],
+                 values: Sequence[Sequence[float | None]], xlabel: str,
+                 marks: Sequence[tuple[int, int, float]] = ()) -> bytes:
+    """Horizontal bars: one row per category (top to bottom), one bar per group within it, each
+    labelled with its value (a missing value leaves its slot empty). ``values[i][j]`` is category
+    i, group j; ``marks`` (category, group, value) are hollow diamonds, e.g. the paper's figures.
+
+    Wide and short, so that the report's first screen holds it below the headline table.
+    """
+    n, m = len(categories), max(len(groups), 1)
+    height = 0.8 / m
+    with _style():
+        fig = Figure(figsize=(10.0, 0.9 + 0.22 * n * max(m, 2)))
+        ax = fig.subplots()
+        for j, group in enumerate(groups):
+            ys = [n - 1 - i + (m - 1) / 2 * height - j * height for i in range(n)]
+            pts = [(y, v[j]) for y, v in zip(ys, values) if v[j] is not None and v[j] == v[j]]
+            if pts:
+                by, bv = zip(*pts)
+                bars = ax.barh(by, bv, height=height * 0.9, color=GROUP_COLOURS[j % len(GROUP_COLOURS)],
+                               label=group)
+                ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=2)
+        for k, (i, j, v) in enumerate(marks):
+            y = n - 1 - i + (m - 1) / 2 * height - j * height
+            ax.plot([v], [y], ls="none", marker="D", ms=5, mfc="none", mec="#000000",
+                    label="paper" if k == 0 else None)
+        ax.set_yticks(range(n), [_title(c, 48) for c in reversed(categories)], fontsize=7)
+        ax.set_xlim(0, 1.08)
+        ax.set_xlabel(xlabel)
+        ax.set_title(_title(title, 120), fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.tight_layout()
+        return to_png(fig)

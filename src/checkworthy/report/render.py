@@ -2,14 +2,18 @@
 
 :func:`build` reads the runs, their ``evaluation_metrics``, the analyses a report pinned
 (:mod:`checkworthy.report.evaluation`) and the method comparisons it pinned, and lays out the
-document (:mod:`checkworthy.report.sections`, :mod:`~checkworthy.report.ablations`,
-:mod:`~checkworthy.report.diagnostics`, :mod:`~checkworthy.report.methods_compared`), sorted
-deterministically, with no timestamps but stored ones. The same rows give the same Markdown, the
-same HTML and the same PNG bytes, so a stored report always re-renders byte for byte.
+document: first the headline (:mod:`checkworthy.report.headline`: the recommended method against
+the paper's NN-PPI and the baselines, one table and one figure), then, folded, the contents, every
+run (:mod:`checkworthy.report.sections`), each group's tables, ablations and diagnostics
+(:mod:`~checkworthy.report.ablations`, :mod:`~checkworthy.report.diagnostics`) and the methods
+compared (:mod:`~checkworthy.report.methods_compared`), sorted deterministically, with no
+timestamps but stored ones. The same rows (and params.yaml's ``predict:``) give the same Markdown,
+the same HTML and the same PNG bytes, so a stored report re-renders byte for byte.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,25 +23,31 @@ from sqlalchemy import Connection
 from checkworthy.report import paper_figures
 from checkworthy.report.ablations import k_sweep_section, size_section, temperature_section
 from checkworthy.report.diagnostics import failure_section, reliability_section
-from checkworthy.report.document import Document, code, esc, to_html, to_markdown
+from checkworthy.report.document import Contents, Document, Fold, Heading, code, esc, to_html, to_markdown
 from checkworthy.report.evaluation import load_analyses
 from checkworthy.report.formatting import METHODS, missing
+from checkworthy.report.headline import Headline, headline, recommended
 from checkworthy.report.methods_compared import methods_compared
 from checkworthy.report.run_groups import Group, group_runs, load_runs
 from checkworthy.report.sections import data_beside_paper, run_tables, summary
+from checkworthy.runs.predict import Recommended
 from checkworthy.store.analyses import lineage_position, score_params
 from checkworthy.store.comparisons import comparison_heads, comparison_rows
 from checkworthy.store.metrics import load_metrics
 
+HEADLINE = "Recommended method against the paper's NN-PPI and the baselines"
+
 
 @dataclass
 class Built:
-    """A rendered report: the document, its figures (drawn on demand) and machine-readable files."""
+    """A rendered report: the document, its figures (drawn on demand), machine-readable files and
+    the headline (for the Prefect artifacts)."""
 
     doc: Document
     figures: dict[str, Callable[[], bytes]]
     metrics: dict[str, Any]
     plot_files: dict[str, str]
+    headline: Headline
 
     @property
     def markdown(self) -> str:
@@ -48,13 +58,14 @@ class Built:
 
 
 def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy report",
-          analysis_ids: Sequence[int] | None = None, comparison_ids: Sequence[int] | None = None) -> Built:
+          analysis_ids: Sequence[int] | None = None, comparison_ids: Sequence[int] | None = None,
+          rec: Recommended | None = None) -> Built:
     """The report of the given runs, from stored rows only.
 
     ``analysis_ids``: the analyses to render (None: the earliest stored of each kind).
     ``comparison_ids``: the stored method comparisons to render in a "Methods compared"
-    section; None or empty renders no such section, so reports stored before comparisons
-    existed re-render byte for byte.
+    section and to take the recommended method's figures from; None or empty renders no such
+    section. ``rec``: the recommended method (default: params.yaml's ``predict:``).
     """
     runs = load_runs(conn, run_ids)
     metrics = {r["id"]: load_metrics(conn, r["id"]) for r in runs}
@@ -62,16 +73,33 @@ def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy re
     params = {r["id"]: score_params(conn, r) for r in runs}
     for r in runs:
         r["lineage"] = _lineage(conn, r["label_set_id"])
-    groups = group_runs(runs)
-    built = Built(Document(title), {}, {}, {})
-    summary(built.doc, groups, metrics)
-    data_beside_paper(built.doc, groups, metrics)
+    groups = group_runs(runs, params, metrics)
+    heads = comparison_heads(conn, comparison_ids) if comparison_ids else {}
+    rows = comparison_rows(conn, comparison_ids) if comparison_ids else []
+    by_run: dict[int, dict[tuple, Any]] = defaultdict(dict)
+    for x in rows:
+        by_run[x["run_id"]][(x["family"], x["method"], x["k"], x["metric"], x["class"])] = x["value"]
+    doc, figures, out_metrics = Document(title, [Heading(2, HEADLINE)]), {}, {}
+    top = headline(doc, groups, metrics, by_run, rec or recommended(), figures, out_metrics)
+    built = Built(doc, figures, out_metrics, {}, top)
+    doc.add(Contents())
+    doc.add(_folded(f"Every run: weighted F1 beside the paper ({len(runs)} runs)",
+                    lambda d: summary(d, groups, metrics)))
+    doc.add(_folded("Data beside the paper's splits", lambda d: data_beside_paper(d, groups, metrics)))
     for g in groups:
-        _group_section(built, g, metrics, analyses, params)
+        doc.add(_folded(f"{esc(g.title)}: tables, ablations and diagnostics of its runs",
+                        lambda d, g=g: _group_section(built, d, g, metrics, analyses, params)))
     if comparison_ids:
-        methods_compared(built.doc, groups, comparison_heads(conn, comparison_ids),
-                         comparison_rows(conn, comparison_ids), built.figures, built.plot_files)
+        doc.add(_folded("Methods compared: every interval, correction and calibrator on each run",
+                        lambda d: methods_compared(d, groups, heads, rows, built.figures, built.plot_files)))
     return built
+
+
+def _folded(summary: str, fill: Callable[[Document], None]) -> Fold:
+    """The blocks ``fill`` adds, folded under ``summary``."""
+    part = Document("")
+    fill(part)
+    return Fold(summary, part.blocks)
 
 
 def _lineage(conn: Connection, label_set_id: int) -> str:
@@ -82,17 +110,18 @@ def _lineage(conn: Connection, label_set_id: int) -> str:
     return f"; version {row.n} of lineage {code(row.name)} ({esc(row.reason)})"
 
 
-def _group_section(built: Built, g: Group, metrics: Mapping[int, Mapping], analyses: Mapping,
+def _group_section(built: Built, doc: Document, g: Group, metrics: Mapping[int, Mapping], analyses: Mapping,
                    params: Mapping[int, dict]) -> None:
-    """A group's tables, ablations and diagnostics, and its entry in metrics.json."""
-    doc, figures, plot_files = built.doc, built.figures, built.plot_files
+    """A group's tables, ablations and diagnostics, and its entry (and its twins') in metrics.json."""
+    figures, plot_files = built.figures, built.plot_files
     run_tables(doc, g, metrics, analyses, params)
     k_sweep_section(doc, g, metrics, analyses, figures, plot_files)
     size_section(doc, g, analyses, figures, plot_files)
     temperature_section(doc, g, analyses)
     reliability_section(doc, g, analyses, figures)
     failure_section(doc, g, analyses)
-    built.metrics[g.slug] = _metrics_json(g, metrics)
+    for x in (g, *g.twins):
+        built.metrics[x.slug] = _metrics_json(x, metrics)
 
 
 def _metrics_json(g: Group, metrics: Mapping[int, Mapping]) -> dict[str, Any]:

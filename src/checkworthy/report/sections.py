@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from checkworthy.report import paper_figures
 from checkworthy.report.document import Document, Heading, Para, Table, code, esc
 from checkworthy.report.formatting import METHODS, diff, fmt, missing, ts
-from checkworthy.report.run_groups import Group
+from checkworthy.report.run_groups import Group, twin_note
 
 INTRODUCTION = (
     "Every calibration run in this report, evaluated completely: the raw model score "
@@ -31,16 +31,16 @@ def _m(metrics: Mapping[tuple[str, str, str], float], method: str, metric: str,
 
 
 def summary(doc: Document, groups: Sequence[Group], metrics: Mapping[int, Mapping]) -> None:
-    """The introduction and the weighted F1 of every run beside the paper's NN-PPI figure."""
-    doc.add(Para(INTRODUCTION))
+    """The introduction and the weighted F1 of every run beside the paper's NN-PPI figure; runs with
+    twins (:func:`~checkworthy.report.run_groups.group_runs`) share a row."""
     doc.add(Heading(2, "Summary"))
+    doc.add(Para(INTRODUCTION))
     rows = []
     for g in groups:
-        for r in g.runs:
+        for i, r in enumerate(g.runs):
             m = metrics[r["id"]]
             paper = paper_figures.weighted_f1(r["dataset"], r["model_spec"], r["k"])
-            rows.append([esc(r["dataset"]), code(r["model_spec"]), esc(r["score_kind"]), str(r["k"]),
-                         str(r["id"]),
+            rows.append([esc(r["dataset"]), code(r["model_spec"]), esc(g.setting), str(r["k"]), g.run_ids(i),
                          *[fmt(_m(m, meth, "weighted_f1")) for meth, _ in METHODS],
                          fmt(paper[2] if paper else None), diff(_m(m, "nnppi", "weighted_f1"),
                                                                 paper[2] if paper else None),
@@ -48,6 +48,7 @@ def summary(doc: Document, groups: Sequence[Group], metrics: Mapping[int, Mappin
     doc.add(Table(["dataset", "model", "score", "k", "run", "Baseline wF1", "KNN wF1", "NN-PPI wF1",
                    "paper NN-PPI", "Δ", "coverage"], rows,
                   caption="Weighted F1 of each run (details per group below)."))
+    doc.add(*[Para(twin_note(g)) for g in groups if g.twins])
 
 
 def data_beside_paper(doc: Document, groups: Sequence[Group], metrics: Mapping[int, Mapping]) -> None:

@@ -132,13 +132,23 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
-        return nb.claim_ids, res, nb, counts
+        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c)
     emb = None
     if PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
                claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
     res, used, fitted = compute_methods(spec, pool, nb, c, emb)
     return used.claim_ids, res, used, counts | fitted
+
+
+def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict[str, Any]:
+    """The batch's share of label 1 for a run that builds no leave-one-out lists (the paper's
+    path): from the raw score's decisions, a predictor fitted on nothing, so its decisions on L are
+    as fair as on the batch (:func:`checkworthy.method.prevalence.share_positive`)."""
+    pool = load_pool(conn, spec.label_set_id, spec.key, spec.embed_model)
+    t = spec.threshold
+    p = share_positive(pool.labels, nnppi.decide(pool.scores, t), nnppi.decide(c, t), spec.alpha)
+    return {"prevalence": p.as_dict() | {"from": "raw score"}}
 
 
 # ------------------------------------------------------------------ interval and correction

@@ -51,6 +51,8 @@ DEFAULT_PREDICTORS = (
     ("embedded:gemma3-270m", "token_prob"),
 )
 PAPER = {"correction": "paper", "interval": "z", "k": 10, "prior": "labelled"}
+#: model kinds whose ``mode`` option selects the score kinds they compute
+LANGUAGE_MODELS = ("embedded", "ollama")
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,9 @@ def evaluate_held_out(
     chosen_by: dict[str, dict[str, float]] = {}
     for spec, kind in predictors:
         label = f"{spec} {kind}"
-        scorer, prompt = configured_scorer(params, spec)
+        # a language model computes only the score kind measured (its fastest mode)
+        mode = {"mode": kind} if spec.partition(":")[0] in LANGUAGE_MODELS else {}
+        scorer, prompt = configured_scorer(params, spec, **mode)
         base = Recommended.from_params(params, model=spec, score_kind=kind)
         check_score_kind(base, scorer)
         excluded = scorer.params().get("excluded")

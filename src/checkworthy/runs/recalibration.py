@@ -60,6 +60,7 @@ from checkworthy.runs.calibration_run import (
     RunSpec,
     is_paper_default,
     key_of,
+    raw_score_prevalence,
     run_calibration,
     start_run,
 )
@@ -425,6 +426,8 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
     counts = {"n_claims": len(spec.claim_ids), "n_calibrated": n_cal,
               "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": len(rows),
               "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
+    if n_cal:
+        counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in result_values(conn, run_id)]))
     complete_run(conn, run_id, counts)
 
 
