@@ -392,7 +392,7 @@ def _command_cases() -> dict[str, Case]:
         "unknown correction": (["--correction", "magic"], "magic"),
         "unknown interval": (["--interval", "wide"], "wide"),
         "unknown model kind": (["--model", "nosuch:model"], "nosuch"),
-        "model without the recommended score kind": (["--model", "file:{SC}"], "token_prob"),
+        "model without the recommended score kind": (["--model", "file:{SC}"], "p_positive"),
         "params file missing": (["--params", "{tmp}/none.yaml"], "--params"),
     }.items():
         cases[f"predict option: {name}"] = Case(_with_option(PREDICT, extra[0], *extra), named=named)

@@ -341,6 +341,29 @@ def cmd_train_classifier(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_demonstrations(args: argparse.Namespace) -> int:
+    """Pick the few-shot prompt's labelled sentences from the leakage-free training texts."""
+    from checkworthy.runs.fewshot_demonstrations import write_demonstrations
+    from checkworthy.scorers.fewshot_prompt import DEFAULT_DEMONSTRATIONS
+
+    out = args.out or str(DEFAULT_DEMONSTRATIONS)
+    problem = output_file("--out", out, [])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    params = load_params()
+    seed = params["seed"] if args.seed is None else args.seed
+    n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
+    made_by = f"checkworthy demonstrations --n {args.n} --seed {seed}"
+    try:
+        data = write_demonstrations(args.n, seed, n_per_class, Path(out), made_by=made_by)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(data['shots'])} demonstrations -> {out} (none from {', '.join(data['excluded'])})")
+    return 0
+
+
 class OneLineErrors(argparse.ArgumentParser):
     """argparse that reports a bad option in one line (not its usage block), like every other
     error of the command line; ``--help`` still prints the usage."""
@@ -413,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="every predictor on every held-out event (ClaimBuster 2016 debates, "
                                          "CLEF 2024 dev and dev-test) through predict's path")
     ev.add_argument("--models", help="SPEC=SCORE_KIND[,...] (default: the LoRA and logistic classifiers and "
-                                     "Gemma's token probability)")
+                                     "Gemma's token probability and few-shot P(Yes))")
     ev.add_argument("--out", default=str(REPORTS_DIR / "held-out"), help="folder for held-out.md and .json")
     ev.add_argument("--limit", type=positive_int, help=argparse.SUPPRESS)
     ev.set_defaults(func=cmd_evaluate)
@@ -448,6 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
     tc = sub.add_parser("train-classifier", help="train the leakage-free MiniLM classifier")
     add_train_arguments(tc)
     tc.set_defaults(func=cmd_train_classifier)
+
+    dm = sub.add_parser("demonstrations", help="pick the few-shot prompt's labelled sentences (leakage-free)")
+    dm.add_argument("--n", type=positive_int, default=64, help="how many (half of each class; default 64)")
+    dm.add_argument("--seed", type=int, help="default: params.yaml seed")
+    dm.add_argument("--out", help="default: the package's guidelines/demonstrations.yaml")
+    dm.set_defaults(func=cmd_demonstrations)
     return p
 
 

@@ -49,6 +49,7 @@ DEFAULT_PREDICTORS = (
     ("classifier:minilm-lora", "p_positive"),
     ("classifier:minilm-lr", "p_positive"),
     ("embedded:gemma3-270m", "token_prob"),
+    ("embedded:gemma3-270m-fewshot", "p_yes"),
 )
 PAPER = {"correction": "paper", "interval": "z", "k": 10, "prior": "labelled"}
 #: model kinds whose ``mode`` option selects the score kinds they compute

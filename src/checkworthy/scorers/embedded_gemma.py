@@ -58,11 +58,9 @@ from checkworthy.scorers.prompt import (  # noqa: E402
     DEFAULT_GUIDELINES,
     PREFILL,
     SCORE_TERMINATORS,
-    SUFFIX_TAIL,
     build_prefix,
     build_suffix,
     load_guidelines,
-    neutralise_claim,
     parse_score,
     prompt_version,
 )
@@ -264,8 +262,8 @@ class EmbeddedGemmaScorer:
         self.model, self.tokenizer, self._model_id = load_model(model_dir)
         self.model.set_attn_implementation(ATTENTION_IMPLEMENTATION)
         self._ids = _TokenIds(self.tokenizer)
-        self.prefix_ids = self._encode(build_prefix(load_guidelines(guidelines_path)), bos=True)
-        self._tail_ids = self._encode(SUFFIX_TAIL)
+        self.prefix_ids = self._encode(self.prefix_text(guidelines_path), bos=True)
+        self._tail_ids = self._encode(self.suffix_text(""))
         self._max_claim_tokens = max_claim_tokens
         self._prefix_kv = self._compute_prefix_kv()
 
@@ -341,11 +339,19 @@ class EmbeddedGemmaScorer:
 
     def encode_suffix(self, text: str) -> tuple[list[int], bool]:
         """Token ids of the per-claim suffix, and whether the claim had to be truncated."""
-        ids = self._encode(build_suffix(text))
+        ids = self._encode(self.suffix_text(text))
         if len(ids) - len(self._tail_ids) <= self._max_claim_tokens:
             return ids, False
-        claim_ids = self._encode(neutralise_claim(text))[: self._max_claim_tokens]
-        return claim_ids + self._tail_ids, True
+        claim_ids = self._encode(self.suffix_text(text).removesuffix(self.suffix_text("")))
+        return claim_ids[: self._max_claim_tokens] + self._tail_ids, True
+
+    def prefix_text(self, guidelines_path: str | Path) -> str:
+        """The prompt before the claim, the same for every claim (its KV cache is computed once)."""
+        return build_prefix(load_guidelines(guidelines_path))
+
+    def suffix_text(self, text: str) -> str:
+        """The prompt after the prefix: the neutralised claim and the tail whose answer is read."""
+        return build_suffix(text)
 
     def answer_logits(self, texts: Sequence[str]) -> torch.Tensor:
         """Logits (batch, 3, vocab) after the pre-fill, after ``0`` and after ``0.``, via the

@@ -1,5 +1,5 @@
-"""Model specs to scorers: ``embedded:gemma3-270m``, ``ollama:gemma3:1b``, ``openai:<deployment>``,
-``classifier:<name>``, ``file:<path>``.
+"""Model specs to scorers: ``embedded:gemma3-270m``, ``embedded:gemma3-270m-fewshot``,
+``ollama:gemma3:1b``, ``openai:<deployment>``, ``classifier:<name>``, ``file:<path>``.
 
 ``make_scorer`` returns the scorer and its prompt identity ``(version, guidelines text,
 template version)``; scorers that use no prompt get version ``"none"``. ``configured_scorer``
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from checkworthy.scorers import prompt
+from checkworthy.scorers import fewshot_prompt, prompt
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA, ClassifierScorer, model_type
 from checkworthy.scorers.file_scorer import FileScorer
@@ -56,8 +56,19 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
     kind, _, name = spec.partition(":")
     guidelines = options.get("guidelines")
     if kind == "embedded":
-        if name != "gemma3-270m":
-            raise ValueError(f"unknown embedded model {name!r} (available: gemma3-270m)")
+        if name not in ("gemma3-270m", "gemma3-270m-fewshot"):
+            raise ValueError(f"unknown embedded model {name!r} (available: gemma3-270m, gemma3-270m-fewshot)")
+        if name == "gemma3-270m-fewshot":
+            from checkworthy.scorers.fewshot_gemma import FewShotGemmaScorer  # start-up: torch, transformers
+
+            paths = (guidelines or prompt.DEFAULT_GUIDELINES,
+                     options.get("demonstrations") or fewshot_prompt.DEFAULT_DEMONSTRATIONS)
+            scorer = FewShotGemmaScorer(progress=False, guidelines_path=paths[0],
+                                        demonstrations_path=paths[1],
+                                        **{k: options[k] for k in ("batch_size",) if k in options})
+            # the store keeps the rendered prefix: demonstrations and guidelines as the model read them
+            return scorer, (fewshot_prompt.prompt_version(*paths), fewshot_prompt.build_prefix(*paths),
+                            f"fewshot-{fewshot_prompt.TEMPLATE_VERSION}")
         from checkworthy.scorers.embedded_gemma import (  # start-up: torch, transformers
             PAPER,
             EmbeddedGemmaScorer,
