@@ -97,10 +97,19 @@ def test_shipped_demonstrations_share_no_text_with_a_held_out_or_labelled_set():
     assert not [t for t, _ in demos.shots if normalise_text(t) in banned]
 
 
-def test_demonstrations_command_refuses_a_bad_out_before_writing(tmp_path, capsys):
-    assert main(["demonstrations", "--out", str(tmp_path / "missing" / "d.yaml")]) == 2
-    assert capsys.readouterr().err.startswith("error: --out")
-    assert not (tmp_path / "missing").exists()
+def test_demonstrations_command_refuses_a_bad_option_before_writing(tmp_path, capsys):
+    other = tmp_path / "other.yaml"
+    other.write_text("a: 1\n")
+    notes = tmp_path / "notes.md"
+    notes.write_text("# mine\n")
+    for argv, named in ((["--out", str(tmp_path / "missing" / "d.yaml")], "--out"), (["--out", str(notes)], "--out"),
+                        (["--out", str(other)], "--out"), (["--out", str(tmp_path)], "--out"),
+                        (["--n", "0"], "--n"), (["--n", "many"], "--n"), (["--seed", "1.5"], "--seed")):
+        assert main(["demonstrations", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and named in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md", "other.yaml"]
+    assert other.read_text() == "a: 1\n" and notes.read_text() == "# mine\n"
 
 
 @pytest.fixture(scope="module")

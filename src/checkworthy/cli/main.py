@@ -343,11 +343,20 @@ def cmd_train_classifier(args: argparse.Namespace) -> int:
 
 def cmd_demonstrations(args: argparse.Namespace) -> int:
     """Pick the few-shot prompt's labelled sentences from the leakage-free training texts."""
+    import yaml
+
     from checkworthy.runs.fewshot_demonstrations import write_demonstrations
-    from checkworthy.scorers.fewshot_prompt import DEFAULT_DEMONSTRATIONS
+    from checkworthy.scorers.fewshot_prompt import DEFAULT_DEMONSTRATIONS, load_demonstrations
 
     out = args.out or str(DEFAULT_DEMONSTRATIONS)
     problem = output_file("--out", out, [])
+    if problem is None and Path(out).suffix not in (".yaml", ".yml"):
+        problem = f"--out {out}: name a .yaml file"
+    if problem is None and Path(out).is_file():
+        try:  # replace a demonstrations file, never anything else
+            load_demonstrations(Path(out))
+        except (ValueError, yaml.YAMLError, AttributeError, TypeError, KeyError):
+            problem = f"--out {out}: exists and is not a demonstrations file; name a new file"
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
