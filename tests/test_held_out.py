@@ -44,6 +44,11 @@ def test_every_method_on_every_event(measured):
         f = m.figures
         assert f["n"] == 20 and 0 <= f["f1_1"] <= 1 and 0 <= f["weighted_f1"] <= 1
         assert ("coverage_1" in f) == (m.method != "raw score at 0.5")
+        if "share_estimate" in f:  # the run's label-shift estimate of the event's share, against the truth
+            assert 0 <= f["share_estimate"] <= 1 and 0 <= f["share_naive"] <= 1
+            assert "share_low" not in f or f["share_covered"] == (f["share_low"] <= f["share_positive"]
+                                                                  <= f["share_high"])
+    assert any("share_estimate" in m.figures for m in rows if m.method == "recommended")
     label = "classifier:minilm-lr p_positive"
     assert set(chosen_by[label]) == {"claimbuster", "clef2024"} and min(chosen_by[label].values()) > 0.7
     summary = report.summary(rows)
@@ -63,7 +68,8 @@ def test_a_second_evaluation_reuses_every_score_and_run(engine, measured):
 def test_the_report_leads_with_the_spread_across_events(measured, tmp_path):
     rows, chosen_by, events, _ = measured
     md = report.write(tmp_path, rows, chosen_by, events, "the recommended path").read_text()
-    assert md.index("## Across events") < md.index("## Each event") < md.index("## How the predictor")
+    assert (md.index("## Across events") < md.index("## Each event") < md.index("## Share check-worthy")
+            < md.index("## How the predictor"))
     assert "F1 c1 (min-max)" in md and all(e in md for e in EVENTS)
     body = json.loads((tmp_path / "held-out.json").read_text())  # strict JSON: no NaN
     assert len(body["measured"]) == len(rows) and body["events"]["CLEF 2024 dev-test"]["n"] == 20

@@ -2,8 +2,9 @@
 
 It leads with one table: per predictor and method, the mean across events of positive-class F1
 (the shared task's metric) with its min-max, weighted F1, ROC AUC, mean average precision over the
-ClaimBuster debates, and each class's interval coverage. Then each event on its own, and the
-figure predictors are chosen by (raw ROC AUC on the labelled sets).
+ClaimBuster debates, and each class's interval coverage. Then each event on its own, each event's
+share of check-worthy claims as the recommended run estimated it (label-shift PPI) against the
+truth, and the figure predictors are chosen by (raw ROC AUC on the labelled sets).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def summary(measured: Sequence[Measured]) -> list[dict[str, Any]]:
                      "f1_1": float(np.mean(f1)), "f1_1_min": float(np.min(f1)), "f1_1_max": float(np.max(f1)),
                      "weighted_f1": _mean(ms, "weighted_f1"), "roc_auc": _mean(ms, "roc_auc"),
                      "map_debates": _mean(debates, "average_precision") if debates else float("nan"),
-                     "coverage_0": _mean(ms, "coverage_0"), "coverage_1": _mean(ms, "coverage_1")})
+                     "coverage_0": _mean(ms, "coverage_0"), "coverage_1": _mean(ms, "coverage_1"),
+                     "share_covered": _mean(ms, "share_covered")})
     return rows
 
 
@@ -74,6 +76,13 @@ def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[st
         cells = [f"{fmt(by[n]['f1_1'])} / {fmt(by[n]['weighted_f1'])} / {fmt(by[n]['roc_auc'])}" if n in by
                  else "–" for n in names]
         lines.append(f"| {predictor} | {method} | " + " | ".join(cells) + " |")
+    lines += ["", "## Share check-worthy in each event: label-shift PPI estimate [95% interval] / true",
+              "(recommended method; the naive share is the share decided check-worthy)", "",
+              "| predictor | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for (predictor, method), ms in _groups(measured).items():
+        if method == "recommended":
+            by = {m.event: m.figures for m in ms}
+            lines.append(f"| {predictor} | " + " | ".join(_share_cell(by.get(n)) for n in names) + " |")
     datasets = sorted({d for v in chosen_by.values() for d in v})
     lines += ["", "## How the predictor is chosen: raw-score ROC AUC on the labelled sets", "",
               "| predictor | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
@@ -82,6 +91,14 @@ def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[st
     lines += ["", "Runs: " + ", ".join(sorted({str(m.run_id) for m in measured}, key=int))
               + " (`checkworthy explain --run ID` traces any decision)."]
     return "\n".join(lines) + "\n"
+
+
+def _share_cell(f: Mapping[str, float] | None) -> str:
+    if not f or "share_estimate" not in f:
+        return "–"
+    interval = f" [{fmt(f['share_low'])}, {fmt(f['share_high'])}]" if "share_low" in f else " (no interval)"
+    return (f"{fmt(f['share_estimate'])}{interval} / {fmt(f['share_positive'])}; "
+            f"naive {fmt(f['share_naive'])}")
 
 
 def write(folder: Path, measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[str, float]],

@@ -144,6 +144,18 @@ def figures(y: np.ndarray, score: np.ndarray, decision: np.ndarray, lo: np.ndarr
     return out
 
 
+def prevalence_figures(stored: Mapping[str, Any] | None, true_share: float) -> dict[str, float]:
+    """The run's estimate of the batch's share of check-worthy claims (label-shift PPI) against the
+    true share: estimate, interval, whether it holds the truth, and the naive share called positive."""
+    if not stored or stored.get("estimate") is None:
+        return {}
+    out = {"share_estimate": float(stored["estimate"]), "share_naive": float(stored["naive"])}
+    if stored.get("low") is not None:
+        low, high = float(stored["low"]), float(stored["high"])
+        out |= {"share_low": low, "share_high": high, "share_covered": float(low <= true_share <= high)}
+    return out
+
+
 def methods(rec: Recommended) -> dict[str, Recommended]:
     """The calibrations each predictor gets, by the name the report uses."""
     return {"recommended": rec, "recommended, batch prior": replace(rec, prior="batch"),
@@ -192,6 +204,8 @@ def evaluate_held_out(
                                         target.with_suffix(".csv"), rec, scorer, prompt)
                 with engine.connect() as conn:
                     rows = {r["source_id"]: r for r in load_results(conn, outcome.run_id)}
+                    share = prevalence_figures(load_run(conn, outcome.run_id)["params"].get("prevalence"),
+                                               float(y.mean()))
                     if event.dataset not in chosen_by.setdefault(label, {}):
                         chosen_by[label][event.dataset] = labelled_auc(conn, outcome.run_id)
                 res = [rows[r.id] for r in unl]
@@ -203,7 +217,7 @@ def evaluate_held_out(
                                         figures(y, col["score"], raw)))
                 out.append(Measured(label, name, event.name, outcome.run_id,
                                     figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
-                                            col["ci_high"])))
+                                            col["ci_high"]) | share))
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "
                      f"AUC {out[-1].figures['roc_auc']:.3f} (run {outcome.run_id})")
     return out, chosen_by, events
