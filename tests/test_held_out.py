@@ -10,6 +10,7 @@ import pytest
 
 from checkworthy.cli.main import main
 from checkworthy.config import ROOT, load_params
+from checkworthy.method.predictor_choice import AUTO_CANDIDATES
 from checkworthy.report import held_out as report
 from checkworthy.runs import held_out
 from checkworthy.scorers.classifier import ARTEFACT_ROOT
@@ -49,6 +50,11 @@ def test_every_method_on_every_event(measured):
             assert "share_low" not in f or f["share_covered"] == (f["share_low"] <= f["share_positive"]
                                                                   <= f["share_high"])
     assert any("share_estimate" in m.figures for m in rows if m.method == "recommended")
+    for m in rows:  # the recommended correction is auto: its choice on L comes with each run
+        assert (m.auto_choice is not None) == m.method.startswith("recommended")
+        if m.auto_choice:
+            assert m.auto_choice["chosen"] in AUTO_CANDIDATES
+            assert set(m.auto_choice["cv_f1_positive"]) == set(AUTO_CANDIDATES)
     label = "classifier:minilm-lr p_positive"
     assert set(chosen_by[label]) == {"claimbuster", "clef2024"} and min(chosen_by[label].values()) > 0.7
     summary = report.summary(rows)
@@ -69,7 +75,8 @@ def test_the_report_leads_with_the_spread_across_events(measured, tmp_path):
     rows, chosen_by, events, _ = measured
     md = report.write(tmp_path, rows, chosen_by, events, "the recommended path").read_text()
     assert (md.index("## Across events") < md.index("## Each event") < md.index("## Share check-worthy")
-            < md.index("## How the predictor"))
+            < md.index("## How the correction is chosen") < md.index("## How the predictor"))
+    assert "| predictor | labelled set | " + " | ".join(AUTO_CANDIDATES) + " | chosen |" in md
     assert "F1 c1 (min-max)" in md and all(e in md for e in EVENTS)
     body = json.loads((tmp_path / "held-out.json").read_text())  # strict JSON: no NaN
     assert len(body["measured"]) == len(rows) and body["events"]["CLEF 2024 dev-test"]["n"] == 20

@@ -21,14 +21,14 @@ from checkworthy.method.calibrators import CALIBRATORS, fitted_params
 from checkworthy.method.corrections import estimate_lambda, select_by_cv
 from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.intervals import INTERVAL_METHODS, conformal_quantile
-from checkworthy.runs.calibration_run import (
+from checkworthy.method.predictor_choice import (
+    AUTO_CANDIDATES,
     CV_KS,
-    RunSpec,
-    compute,
+    auto_columns,
+    choose_correction,
     cv_ks,
-    labelled_pool,
-    run_calibration,
 )
+from checkworthy.runs.calibration_run import RunSpec, compute, labelled_pool, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
@@ -286,6 +286,22 @@ def test_head_runs_match_a_head_fitted_by_hand(engine, world, correction):
         best = select_by_cv(head.labelled_set(pool.cal), ks=cv_ks(K)).best
         assert (best.method, best.k) == (choice["method"], choice["k"])
     assert [int(r["decision"]) for r in rows] == [int(t >= 0.5) for t in theta]
+
+
+def test_auto_run_applies_the_correction_it_chose_on_L(engine, world):
+    """``auto`` records each candidate's cross-validated positive-class F1 on L and decides exactly as
+    a run of the candidate it chose."""
+    w = world
+    rows, run = rows_of(engine, run_calibration(engine, spec(w, interval_method="mondrian", correction="auto")))
+    with engine.connect() as conn:
+        pool = labelled_pool(conn, w["ls"], w["key"], auto_columns(K))
+    vecs = w["vecs"][[w["by_id"][i] for i in pool.claim_ids]]
+    chosen, figures = choose_correction(pool.cal, vecs, K, 0.5)
+    assert run["params"]["auto_choice"] == {"chosen": chosen, "cv_f1_positive": figures}
+    assert set(figures) == set(AUTO_CANDIDATES)
+    same, _ = rows_of(engine, run_calibration(engine, spec(w, interval_method="mondrian", correction=chosen)))
+    np.testing.assert_allclose([r["theta"] for r in rows], [r["theta"] for r in same], atol=1e-9)
+    assert [r["decision"] for r in rows] == [r["decision"] for r in same]
 
 
 def test_cli_calibrate_with_the_head(use_db, world, tmp_path, capsys):

@@ -143,7 +143,7 @@ class Api:
     """The few REST calls the test needs (the server's own API, as the UI uses it)."""
 
     def __init__(self, url: str):
-        self.http = httpx.Client(base_url=url, timeout=30)
+        self.http = httpx.Client(base_url=url, timeout=90)
 
     def flow_runs(self, flow: str | None = None) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"sort": "EXPECTED_START_TIME_ASC", "limit": 200}
@@ -200,6 +200,8 @@ def served(tmp_path_factory, db_url):
                 "PREFECT_SERVER_SERVICES_LATE_RUNS_LOOP_SECONDS": "5",
                 "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "true",
                 "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
+                # SQLite on two busy cores: a writer waits for the lock rather than failing
+                "PREFECT_SERVER_DATABASE_TIMEOUT": "60",
             })
             server = Proc("server", [str(Path(sys.executable).parent / "prefect"), "server", "start",
                                      "--host", "127.0.0.1", "--port", str(port)],
@@ -254,7 +256,10 @@ def wait_for(what: str, check, served: dict[str, Any], timeout: float) -> Any:
     while time.monotonic() < deadline:
         for p in served["procs"]:
             assert p.alive(), f"{p.name} exited with {p.popen.returncode}"
-        got = check()
+        try:
+            got = check()
+        except httpx.TimeoutException:  # the server stalls while SQLite is busy; ask again
+            got = None
         if got:
             return got
         time.sleep(2)

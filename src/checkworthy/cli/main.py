@@ -119,6 +119,10 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
     """What calibrate and predict print: the run, the batch's share of check-worthy claims, notes,
     and the metrics when U has labels (positive-class F1, the shared task's metric, first)."""
     print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, {method}) -> {args.out}")
+    if outcome.auto_choice:
+        figures = ", ".join(f"{name} {f:.3f}" for name, f in outcome.auto_choice["cv_f1_positive"].items())
+        print(f"auto chose {outcome.auto_choice['chosen']} (cross-validated positive-class F1 on the "
+              f"labelled file: {figures})")
     p = outcome.prevalence
     if p and p.get("estimate") is not None:
         interval = (f"{p['level']:.0%} interval {p['low']:.3f}-{p['high']:.3f}, label-shift PPI"
@@ -421,7 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "shrink, global, or cv (chosen by cross-validation on the labelled file); a score "
                         "calibrator fitted on the labelled file: platt, platt-score, isotonic, temperature; "
                         "or the embedding head (logistic regression on MiniLM vector + score): head, "
-                        "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation)")
+                        "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation); "
+                        "or auto: platt, head-cv or cv, whichever has the best cross-validated "
+                        "positive-class F1 on the labelled file")
     c.set_defaults(func=cmd_calibrate)
 
     pr = sub.add_parser("predict", help="the recommended path: score your labelled and unlabelled claims "

@@ -263,7 +263,16 @@ def exclude_same_group(
     short = int((keep.sum(axis=1) < k).sum())
     if short:
         raise ValueError(f"{short} claims have fewer than k={k} neighbours outside their group")
-    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+    return first_kept(nbr, dist, keep, k)
+
+
+def first_kept(
+    nbr: ArrayLike, dist: ArrayLike | None, keep: ArrayLike, k: int
+) -> tuple[IntArray, FloatArray | None]:
+    """The first ``k`` columns of each neighbour list where ``keep`` (same shape) is true, nearest
+    first; a row with fewer kept columns repeats dropped ones at its end (callers check counts)."""
+    nbr = np.asarray(nbr)
+    order = np.argsort(~np.asarray(keep, dtype=bool), axis=1, kind="stable")[:, :k]
     out_d = None if dist is None else np.take_along_axis(np.asarray(dist, dtype=float), order, axis=1)
     return np.take_along_axis(nbr, order, axis=1), out_d
 

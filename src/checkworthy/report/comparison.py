@@ -36,6 +36,10 @@ Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value`
                  correction and k chosen by cross-validation on L over the head's probabilities
                  (neighbours' scores cross-fitted pairwise, :meth:`HeadFit.labelled_set`);
                  ``interval-head``: every interval centred on that choice.
+``auto``         the correction ``auto`` picks on L (Platt scaling, ``head-cv`` or ``cv``, by
+                 cross-validated positive-class F1, :mod:`checkworthy.method.predictor_choice`);
+                 ``auto-candidates`` keeps each candidate's L figure, ``interval-auto`` every
+                 interval centred on the choice.
 
 :func:`compare` is pure (arrays in, rows out); :func:`load_inputs` fetches the arrays of a stored
 run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run and options
@@ -69,7 +73,13 @@ from checkworthy.method.corrections import (
     select_by_cv,
 )
 from checkworthy.method.intervals import INTERVAL_METHODS, IntervalSummary, summarise
-from checkworthy.runs.calibration_run import fit_choice, fit_predictor, labelled_pool, neighbour_columns
+from checkworthy.method.predictor_choice import (
+    choose_correction,
+    fit_choice,
+    fit_correction,
+    fit_predictor,
+)
+from checkworthy.runs.calibration_run import labelled_pool, neighbour_columns
 from checkworthy.store.comparisons import (
     comparison_run,
     find_comparison,
@@ -89,8 +99,8 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int_]
 
 #: bump when a computation changes: stored comparisons of older versions are not reused
-COMPARISON_VERSION = 4  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals;
-#: 4: ROC AUC of every decision row
+COMPARISON_VERSION = 5  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals;
+#: 4: ROC AUC of every decision row; 5: the auto choice and its intervals
 #: conformal interval methods (the ones whose coverage targets apply)
 CONFORMAL = tuple(m for m in INTERVAL_METHODS if m.startswith(("conformal", "mondrian")))
 #: conformal prediction sets: name -> (calibrator, class-conditional)
@@ -103,8 +113,9 @@ SET_METHODS: dict[str, tuple[str | None, bool]] = {
 INTERVAL_METRICS = ("coverage", "mean_width", "mean_width_01", "mean_set_size", "singleton_rate",
                     "empty_rate")
 #: row families holding intervals and sets, and those holding decisions, in display order
-INTERVAL_FAMILIES = ("interval", "interval-cv", "interval-head", "sets")
-DECISION_FAMILIES = ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head", "head-cv")
+INTERVAL_FAMILIES = ("interval", "interval-cv", "interval-head", "interval-auto", "sets")
+DECISION_FAMILIES = ("correction", "cv", "cv-prior", "calibrator", "calibrator-prior", "head", "head-cv",
+                     "auto")
 
 
 @dataclass(frozen=True)
@@ -294,6 +305,7 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
 
     if o.head and inp.emb_cal is not None and inp.emb is not None:
         out.info["head"] = _head_rows(out, inp, ks, o.seed, o.intervals)
+        out.info["auto"] = _auto_rows(out, inp, o.seed, o.intervals)
 
     # conformal prediction sets (crepes)
     for name in o.sets:
@@ -304,6 +316,21 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
         out.rows += [r for r in _interval_rows("sets", name, None, s)
                      if not r.metric.startswith("mean_width")]
     return out
+
+
+def _auto_rows(out: Comparison, inp: CompareInputs, seed: int, intervals: Sequence[str]) -> dict[str, Any]:
+    """The ``auto`` correction: the candidate chosen on L by cross-validated positive-class F1
+    (:func:`checkworthy.method.predictor_choice.choose_correction`), its decisions and intervals."""
+    assert inp.emb_cal is not None and inp.emb is not None
+    name, figures = choose_correction(inp.cal, inp.emb_cal, inp.k, inp.threshold, seed=seed)
+    choice, cal, p, _ = fit_correction(name, inp.cal, inp.c, inp.k, inp.threshold,
+                                       (inp.emb_cal, inp.emb), seed)
+    nb = Neighbourhood(c=p, nbr=inp.nbr, cal=cal, dist=inp.dist, k=inp.k).with_k(choice.k)
+    out.rows += _decision_rows("auto", name, choice.k, inp.y, choice.theta(nb), inp.threshold)
+    out.rows += [MetricRow("auto-candidates", m, None, "cv_f1_positive", f) for m, f in figures.items()]
+    for method in intervals:
+        _add_interval(out, "interval-auto", method, nb, choice.theta, inp)
+    return {"chosen": name, "k": choice.k, "cv_f1_positive": figures}
 
 
 def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int,

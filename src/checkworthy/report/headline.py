@@ -2,10 +2,10 @@
 baselines, in one table and one figure (positive-class F1 per method and dataset).
 
 The recommended method is params.yaml's ``predict:`` (:class:`checkworthy.runs.predict.Recommended`:
-the embedding head with its correction chosen by cross-validation on L and the Mondrian interval,
-on its model's token probability, k = 10). Its figures are those the stored method comparison
+the correction ``auto``, chosen on L among Platt scaling, the embedding head and NN-PPI, and the
+Mondrian interval, k = 10). Its figures are those the stored method comparison
 (:mod:`checkworthy.report.comparison`) computed on the run with that model, score and k: the
-families ``head-cv`` (decisions) and ``interval-head`` (intervals around the same choice). The
+families of :data:`COMPARED` (``auto`` and ``interval-auto``: decisions, intervals around them). The
 paper's NN-PPI (z interval) and the baselines (raw score at the threshold, the plain kNN label
 mean) are the runs' stored evaluation metrics, on the paper's score (verbalised, at the paper's
 temperature) and on the recommended one; their ROC AUC is the comparison's. Settings are named in
@@ -28,8 +28,11 @@ from checkworthy.runs.predict import Recommended
 from checkworthy.scorers.sampling_presets import PAPER_SAMPLING
 
 #: a recommended correction -> the comparison's (decision family, interval family) that compute it
-COMPARED = {"head-cv": ("head-cv", "interval-head"), "cv": ("cv", "interval-cv")}
-CORRECTION_WORDS = {"head-cv": "the embedding head (MiniLM vector + score) with its correction chosen by "
+COMPARED = {"head-cv": ("head-cv", "interval-head"), "cv": ("cv", "interval-cv"),
+            "auto": ("auto", "interval-auto")}
+CORRECTION_WORDS = {"auto": "the predictor chosen on L by cross-validated positive-class F1 (Platt scaling "
+                            "of the score, the embedding head, or NN-PPI's correction)",
+                    "head-cv": "the embedding head (MiniLM vector + score) with its correction chosen by "
                                "cross-validation on L",
                     "cv": "the correction chosen by cross-validation on L"}
 INTERVAL_WORDS = {"mondrian": "Mondrian (class-conditional conformal)", "z": "z (the paper's)"}

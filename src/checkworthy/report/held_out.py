@@ -4,7 +4,8 @@ It leads with one table: per predictor and method, the mean across events of pos
 (the shared task's metric) with its min-max, weighted F1, ROC AUC, mean average precision over the
 ClaimBuster debates, and each class's interval coverage. Then each event on its own, each event's
 share of check-worthy claims as the recommended run estimated it (label-shift PPI) against the
-truth, and the figure predictors are chosen by (raw ROC AUC on the labelled sets).
+truth, what the ``auto`` correction chose on each labelled set and why, and the figure predictors
+are chosen by (raw ROC AUC on the labelled sets).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from checkworthy.method.predictor_choice import AUTO_CANDIDATES
 from checkworthy.report.formatting import fmt
 from checkworthy.runs.held_out import Event, Measured
 
@@ -83,6 +85,7 @@ def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[st
         if method == "recommended":
             by = {m.event: m.figures for m in ms}
             lines.append(f"| {predictor} | " + " | ".join(_share_cell(by.get(n)) for n in names) + " |")
+    lines += _auto_table(measured, events)
     datasets = sorted({d for v in chosen_by.values() for d in v})
     lines += ["", "## How the predictor is chosen: raw-score ROC AUC on the labelled sets", "",
               "| predictor | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
@@ -91,6 +94,29 @@ def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[st
     lines += ["", "Runs: " + ", ".join(sorted({str(m.run_id) for m in measured}, key=int))
               + " (`checkworthy explain --run ID` traces any decision)."]
     return "\n".join(lines) + "\n"
+
+
+def _auto_table(measured: Sequence[Measured], events: Sequence[Event]) -> list[str]:
+    """Per predictor and labelled set, each candidate's cross-validated positive-class F1 on L and
+    what ``auto`` chose (the same for every event of a dataset: the choice sees L only)."""
+    dataset = {e.name: e.dataset for e in events}
+    seen: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for m in measured:
+        if m.method == "recommended" and m.auto_choice:
+            seen.setdefault((m.predictor, dataset[m.event]), m.auto_choice)
+    if not seen:
+        return []
+    found = {n for c in seen.values() for n in c["cv_f1_positive"]}
+    names = [n for n in AUTO_CANDIDATES if n in found] + sorted(found - set(AUTO_CANDIDATES))
+    lines = ["", "## How the correction is chosen: cross-validated positive-class F1 on the labelled set",
+             "(`auto`: each candidate fitted on four folds of L decides the fifth; the best wins)", "",
+             "| predictor | labelled set | " + " | ".join(names) + " | chosen |",
+             "|---|---|" + "---|" * (len(names) + 1)]
+    for (predictor, ds), choice in sorted(seen.items()):
+        figures = choice["cv_f1_positive"]
+        lines.append(f"| {predictor} | {ds} | " + " | ".join(fmt(figures.get(n)) for n in names)
+                     + f" | {choice['chosen']} |")
+    return lines
 
 
 def _share_cell(f: Mapping[str, float] | None) -> str:
@@ -111,7 +137,8 @@ def write(folder: Path, measured: Sequence[Measured], chosen_by: Mapping[str, Ma
             "events": {e.name: {"n": len(e.claims), "n_dropped_in_labelled": e.n_dropped_in_labelled}
                        for e in events},
             "measured": [{"predictor": m.predictor, "method": m.method, "event": m.event, "run_id": m.run_id,
-                          **m.figures} for m in measured]}
+                          **m.figures, **({"auto_choice": m.auto_choice} if m.auto_choice else {})}
+                         for m in measured]}
     (folder / "held-out.json").write_text(json.dumps(_finite(body), indent=1, sort_keys=True) + "\n")
     return md
 

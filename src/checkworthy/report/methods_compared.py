@@ -22,7 +22,8 @@ FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choi
                  "interval-head": "around the head's CV choice", "sets": "conformal set",
                  "correction": "correction", "cv": "CV choice", "calibrator": "calibrator",
                  "cv-prior": "CV choice, pool prior", "calibrator-prior": "calibrator, pool prior",
-                 "head": "embedding head", "head-cv": "embedding head, CV choice"}
+                 "head": "embedding head", "head-cv": "embedding head, CV choice",
+                 "auto": "auto choice on L", "interval-auto": "around the auto choice"}
 
 
 def methods_compared(doc: Document, groups: Sequence[Group], heads: Mapping[int, Mapping[str, Any]],

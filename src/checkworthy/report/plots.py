@@ -180,6 +180,7 @@ def histograms(
 #: marker and legend entry per interval family in the coverage-versus-width figure
 FAMILY_MARKERS = {"interval": ("o", "around NN-PPI"), "interval-cv": ("s", "around the CV choice"),
                   "interval-head": ("D", "around the head's CV choice"),
+                  "interval-auto": ("v", "around the auto choice"),
                   "sets": ("^", "conformal sets (size − 1)")}
 
 

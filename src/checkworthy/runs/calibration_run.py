@@ -5,8 +5,9 @@ A run is identified by a key over all its inputs: a complete run with the same k
 never recomputed, and two processes starting the same run serialise on the key's lock. A failure
 marks the run 'failed'; the next attempt starts a new one. Besides the paper's NN-PPI (``z`` +
 ``paper``, the default), a run may use any interval of :mod:`checkworthy.method.intervals`, any
-correction of :mod:`checkworthy.method.corrections`, the ``cv`` choice, or a predictor fitted on
-the label set (:data:`PREDICTOR_RUNS`); what was fitted on L is added to the run's ``params``.
+correction of :mod:`checkworthy.method.corrections`, the ``cv`` choice, a predictor fitted on the
+label set, or the ``auto`` choice among them (:mod:`checkworthy.method.predictor_choice`); what was
+fitted or chosen on L is added to the run's ``params``.
 """
 
 from __future__ import annotations
@@ -20,18 +21,15 @@ from sqlalchemy import Connection, Engine
 
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
-from checkworthy.method.calibrators import CALIBRATORS, fitted_params
-from checkworthy.method.corrections import (
-    CORRECTIONS,
-    Choice,
-    LabelledSet,
-    Neighbourhood,
-    estimate_lambda,
-    select_by_cv,
-)
-from checkworthy.method.embedding_head import fit_head
+from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
+from checkworthy.method.predictor_choice import (
+    PREDICTOR_RUNS,
+    auto_columns,
+    choose_correction,
+    fit_correction,
+)
 from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.store.calibration_runs import (
     complete_run,
@@ -116,7 +114,8 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     pool = None
     if not is_paper_default(spec):  # L's leave-one-out lists, as long as the interval needs
         pool = labelled_pool(conn, spec.label_set_id, spec.key,
-                             neighbour_columns(spec.k, spec.interval_method), spec.embed_model)
+                             neighbour_columns(spec.k, spec.interval_method, spec.correction),
+                             spec.embed_model)
         if pool.cal.max_k < spec.k:
             raise ValueError(f"label set {spec.label_set_id} has fewer than k={spec.k} scored, embedded "
                              "claims besides each one")
@@ -134,7 +133,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
         return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c)
     emb = None
-    if PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
+    if spec.correction == "auto" or PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
                claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
     res, used, fitted = compute_methods(spec, pool, nb, c, emb)
@@ -154,18 +153,8 @@ def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict
 # ------------------------------------------------------------------ interval and correction
 
 
-#: neighbour counts the ``cv`` correction chooses from (those up to the run's k, and k itself)
-CV_KS = (3, 5, 10)
-#: predictors fitted on L that replace the model score before a correction:
-#: run correction name -> (predictor, correction applied to the predictor's probability)
-PREDICTOR_RUNS: dict[str, tuple[str, str]] = {
-    **{name: (name, "raw") for name in ("platt", "platt-score", "isotonic", "temperature")},
-    "head": ("head", "raw"),
-    "head+nnppi": ("head", "paper"),
-    "head-cv": ("head", "cv"),
-}
-#: correction names a run accepts: the registry's, ``cv`` and the predictors
-RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS)
+#: correction names a run accepts: the registry's, ``cv``, the predictors and ``auto``
+RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS, "auto")
 SPLIT_METHODS = ("conformal-split", "mondrian-split")
 
 
@@ -187,19 +176,16 @@ def is_paper_default(spec: RunSpec) -> bool:
     return spec.interval_method == "z" and spec.correction == "paper" and spec.prior == "labelled"
 
 
-def cv_ks(k: int) -> tuple[int, ...]:
-    """The k a ``cv`` run may choose: :data:`CV_KS` up to the run's k, plus k (k is the budget)."""
-    return tuple(sorted({x for x in CV_KS if x <= k} | {k}))
-
-
-def neighbour_columns(k: int, interval_method: str) -> int:
+def neighbour_columns(k: int, interval_method: str, correction: str = "") -> int:
     """How many neighbours per claim a run fetches (:func:`labelled_pool` caps it at |L| - 1).
 
     Split conformal restricts each list to a random half of L and needs k of that half among
     the listed: ``max(8k, k + 40)`` columns make a shortfall vanishingly rare (the chance that
-    fewer than k of n columns fall in the half is a binomial tail, < 1e-9 for these n).
+    fewer than k of n columns fall in the half is a binomial tail, < 1e-9 for these n). The
+    ``auto`` correction drops a fold of L from each list (:func:`auto_columns`).
     """
-    return max(8 * k, k + 40) if interval_method in SPLIT_METHODS else k
+    n = max(8 * k, k + 40) if interval_method in SPLIT_METHODS else k
+    return max(n, auto_columns(k)) if correction == "auto" else n
 
 
 @dataclass(frozen=True)
@@ -238,48 +224,6 @@ def labelled_pool(
     return LabelledPool(ids, cal)
 
 
-def fit_choice(cal: LabelledSet, correction: str, k: int, threshold: float) -> tuple[Choice, dict[str, Any]]:
-    """The correction as a fully fitted :class:`Choice` (on L only), and what to record about it.
-
-    ``ppi++``/``shrink`` get their factor by leave-one-out least squares on L; ``cv`` runs
-    :func:`select_by_cv` over every method of its grid and the k of :func:`cv_ks`.
-    """
-    if correction == "cv":
-        best = select_by_cv(cal, ks=cv_ks(k), thresholds=(threshold,)).best
-        return best, {"cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
-                                    "threshold": best.threshold, "cv_weighted_f1": best.cv_score}}
-    params: dict[str, Any] = {}
-    if correction == "ppi++":
-        params["lam"] = estimate_lambda(cal, k, form="ppi++")
-    elif correction == "shrink":
-        params["kappa"] = estimate_lambda(cal, k, form="shrink")
-    return Choice(correction, k, params, threshold), ({"correction_params": params} if params else {})
-
-
-def fit_predictor(
-    name: str, cal: LabelledSet, c: np.ndarray, emb: tuple[np.ndarray, np.ndarray] | None = None,
-    seed: int = 0,
-) -> tuple[LabelledSet, np.ndarray, dict[str, Any]]:
-    """L and the targets with a predictor fitted on L in place of the model score (pure).
-
-    A score calibrator (:data:`checkworthy.method.calibrators.CALIBRATORS`) maps every score, L's
-    included (one or two parameters: L's in-sample probabilities are fair game for conformal
-    scores). The embedding head needs ``emb`` = (L's vectors, the targets' vectors); L gets its
-    out-of-fold probabilities and pairwise cross-fitted neighbour scores
-    (:meth:`checkworthy.method.embedding_head.HeadFit.labelled_set`), so no label judges itself.
-    Returns (L, the targets' probabilities, the fitted numbers to record).
-    """
-    if name == "head":
-        if emb is None:
-            raise ValueError("the embedding head needs the claims' embeddings")
-        head = fit_head(emb[0], cal.c, cal.y, seed=seed)
-        return head.labelled_set(cal), head.predict(emb[1], c), {"C": head.C}
-    model = CALIBRATORS[name]().fit(cal.c, cal.y)
-    p_cal = model.predict_proba(cal.c)[:, 1]
-    return (LabelledSet(y=cal.y, c=p_cal, nbr=cal.nbr, dist=cal.dist), model.predict_proba(c)[:, 1],
-            fitted_params(model))
-
-
 def compute_methods(
     spec: RunSpec, pool: LabelledPool, nq: Neighbours, c: np.ndarray,
     emb: tuple[np.ndarray, np.ndarray] | None = None,
@@ -292,13 +236,13 @@ def compute_methods(
     is fitted on L only (:func:`fit_choice`); the interval is centred on it. KNN and the
     raw-score baseline use the same neighbours as the correction and the model's own score.
     """
-    cal, theta_in, fitted = pool.cal, c, {}
-    correction = spec.correction
-    if correction in PREDICTOR_RUNS:
-        predictor, correction = PREDICTOR_RUNS[correction]
-        cal, theta_in, p_params = fit_predictor(predictor, cal, c, emb)
-        fitted = {"predictor": {"name": predictor, "params": p_params}}
-    choice, chosen = fit_choice(cal, correction, spec.k, spec.threshold)
+    correction, fitted = spec.correction, {}
+    if correction == "auto":
+        if emb is None:
+            raise ValueError("the auto correction needs the claims' embeddings")
+        correction, figures = choose_correction(pool.cal, emb[0], spec.k, spec.threshold)
+        fitted["auto_choice"] = {"chosen": correction, "cv_f1_positive": figures}
+    choice, cal, theta_in, chosen = fit_correction(correction, pool.cal, c, spec.k, spec.threshold, emb)
     fitted |= chosen
     # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
     prevalence = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),

@@ -77,6 +77,8 @@ class Measured:
     event: str
     run_id: int
     figures: dict[str, float] = field(default_factory=dict)
+    #: what the ``auto`` correction chose on L, with each candidate's figure (None for other methods)
+    auto_choice: dict[str, Any] | None = None
 
 
 def held_out_events(seed: int, n_per_class: Mapping[str, int | None], limit: int | None = None
@@ -204,8 +206,8 @@ def evaluate_held_out(
                                         target.with_suffix(".csv"), rec, scorer, prompt)
                 with engine.connect() as conn:
                     rows = {r["source_id"]: r for r in load_results(conn, outcome.run_id)}
-                    share = prevalence_figures(load_run(conn, outcome.run_id)["params"].get("prevalence"),
-                                               float(y.mean()))
+                    stored = load_run(conn, outcome.run_id)["params"]
+                    share = prevalence_figures(stored.get("prevalence"), float(y.mean()))
                     if event.dataset not in chosen_by.setdefault(label, {}):
                         chosen_by[label][event.dataset] = labelled_auc(conn, outcome.run_id)
                 res = [rows[r.id] for r in unl]
@@ -217,7 +219,7 @@ def evaluate_held_out(
                                         figures(y, col["score"], raw)))
                 out.append(Measured(label, name, event.name, outcome.run_id,
                                     figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
-                                            col["ci_high"]) | share))
+                                            col["ci_high"]) | share, stored.get("auto_choice")))
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "
                      f"AUC {out[-1].figures['roc_auc']:.3f} (run {outcome.run_id})")
     return out, chosen_by, events

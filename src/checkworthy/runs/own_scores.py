@@ -96,6 +96,8 @@ class CalibrateOutcome:
     prevalence: dict[str, Any] | None = None
     #: the prior decisions were made for, when it is the batch's (the threshold on theta it gave)
     prior: dict[str, Any] | None = None
+    #: what the ``auto`` correction chose on L, with each candidate's cross-validated figure
+    auto_choice: dict[str, Any] | None = None
 
 
 def calibrate_files(
@@ -191,7 +193,7 @@ def calibrate_stored(
         got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
         got["nnppi"]["share_positive"] = float(y.mean())
     return CalibrateOutcome(run_id, len(unl), got, in_labeled, run_params.get("prevalence"),
-                            run_params.get("prior"))
+                            run_params.get("prior"), run_params.get("auto_choice"))
 
 
 def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str]) -> None:

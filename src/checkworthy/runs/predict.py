@@ -36,7 +36,7 @@ class Recommended:
 
     model: str = "embedded:gemma3-270m"
     score_kind: str = "token_prob"
-    correction: str = "head-cv"
+    correction: str = "auto"
     interval: str = "mondrian"
     k: int = 10
     alpha: float = 0.05
