@@ -77,8 +77,12 @@ def test_the_report_leads_with_the_spread_across_events(measured, tmp_path):
     assert (md.index("## Across events") < md.index("## Each event") < md.index("## Share check-worthy")
             < md.index("## How the correction is chosen") < md.index("## How the predictor"))
     assert "| predictor | labelled set | " + " | ".join(AUTO_CANDIDATES) + " | chosen |" in md
+    assert "| ECE | Brier |" in md and "![reliability of the recommended theta](reliability.png)" in md
+    assert (tmp_path / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "F1 c1 (min-max)" in md and all(e in md for e in EVENTS)
     body = json.loads((tmp_path / "held-out.json").read_text())  # strict JSON: no NaN
+    assert all(0 <= r["ece"] <= 1 for r in body["measured"])
+    assert all(r["reliability"] for r in body["measured"] if r["method"] != "raw score at 0.5")
     assert len(body["measured"]) == len(rows) and body["events"]["CLEF 2024 dev-test"]["n"] == 20
 
 

@@ -41,3 +41,24 @@ def test_rates_means_and_coverage():
     cov = metrics.interval_coverage([1, 0, 1], [0.5, -0.1, 1.2], [1.1, 0.3, 1.5])
     assert cov == pytest.approx({"all": 2 / 3, "0": 1.0, "1": 0.5})
     assert metrics.accuracy(Y, P) == pytest.approx(0.6)
+
+
+def test_reliability_and_ece_by_hand():
+    """Bins of width 0.1; theta outside [0, 1] (NN-PPI's is unclipped) is clipped, 1 is in the last bin."""
+    y = [0, 1, 1, 1, 0, 0]
+    p = [0.05, 0.05, 0.95, 1.0, 1.2, -0.3]
+    points = metrics.reliability(y, p)
+    assert points == [(pytest.approx(0.1 / 3), pytest.approx(1 / 3), 3),
+                      (pytest.approx(2.95 / 3), pytest.approx(2 / 3), 3)]
+    expected = 0.5 * abs(1 / 3 - 0.1 / 3) + 0.5 * abs(2 / 3 - 2.95 / 3)
+    assert metrics.expected_calibration_error(y, p) == pytest.approx(expected)
+    assert metrics.brier(y, p) == pytest.approx(np.mean((np.clip(p, 0, 1) - np.array(y)) ** 2))
+    assert np.isnan(metrics.expected_calibration_error([], []))
+
+
+def test_ece_is_small_for_calibrated_and_large_for_overconfident_probabilities():
+    rng = np.random.default_rng(3)
+    p = rng.uniform(size=50_000)
+    y = (rng.uniform(size=p.size) < p).astype(int)
+    assert metrics.expected_calibration_error(y, p) < 0.01
+    assert metrics.expected_calibration_error(y, np.where(p >= 0.5, 1.0, 0.0)) == pytest.approx(0.25, abs=0.01)

@@ -242,7 +242,7 @@ def test_pipeline_passes_interval_and_correction(engine, db_url, world):
     assert "kappa" in run.params["correction_params"]
 
 
-@pytest.mark.parametrize("correction", ["platt", "platt-score", "isotonic", "temperature"])
+@pytest.mark.parametrize("correction", ["platt", "platt-score", "isotonic", "temperature", "venn-abers"])
 def test_calibrator_runs_store_the_calibrated_probability(engine, world, correction):
     """A score calibrator fitted on L replaces the score; the stored score stays the model's."""
     w = world

@@ -423,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--correction", default="paper",
                    help="point correction: paper (NN-PPI), raw, knn, clipped, weighted, adaptive-k, ppi++, "
                         "shrink, global, or cv (chosen by cross-validation on the labelled file); a score "
-                        "calibrator fitted on the labelled file: platt, platt-score, isotonic, temperature; "
+                        "calibrator fitted on the labelled file: platt, platt-score, isotonic, temperature, "
+                        "venn-abers; "
                         "or the embedding head (logistic regression on MiniLM vector + score): head, "
                         "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation); "
                         "or auto: platt, head-cv or cv, whichever has the best cross-validated "

@@ -18,6 +18,10 @@ Registry :data:`CALIBRATORS` (factories keyed by CLI name):
 ``temperature``  ``sigmoid(logit(c) / T)``, T fitted by minimising the NLL (scipy); one
                  parameter, no shift, so it cannot fix a bias (meant for token-probability
                  scores, whose logit is meaningful).
+``venn-abers``   inductive Venn-Abers (the ``venn-abers`` package; Vovk, Petej and Fedorova,
+                 NeurIPS 2015): two isotonic fits with the new score added under each label give
+                 ``p0 <= p1``, one of which is calibrated under exchangeability whatever the
+                 score; the probability is their log-loss merge ``p1 / (1 - p0 + p1)``.
 
 Conformal prediction sets for the binary label (:class:`ConformalSets`, built on crepes'
 ``ConformalClassifier`` with the hinge score ``1 - P(y)``) turn any calibrator into sets with
@@ -46,6 +50,7 @@ from scipy.special import expit, logit
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
+from venn_abers import VennAbers
 
 from checkworthy.method.intervals import IntervalSummary, summarise_sets
 
@@ -61,6 +66,7 @@ __all__ = [
     "PlattCalibrator",
     "ScoreCalibrator",
     "TemperatureCalibrator",
+    "VennAbersCalibrator",
     "adjust_prevalence",
     "fitted_params",
     "make_calibrator",
@@ -200,6 +206,34 @@ class TemperatureCalibrator(_Base):
         return _two_columns(expit(self._z(c) / self.temperature_))
 
 
+class VennAbersCalibrator(_Base):
+    """Inductive Venn-Abers calibration of the score (``venn_abers.VennAbers`` on L).
+
+    For a new score, isotonic regression is fitted on L plus that score labelled 0 and labelled
+    1; the two fitted values ``p0 <= p1`` form a multiprobability, one of whose members is
+    calibrated under exchangeability of L and the claim, whatever the score (Vovk et al. 2015).
+    The probability used is the merge ``p1 / (1 - p0 + p1)`` (minimal log loss); the gap
+    ``p1 - p0`` shrinks as L grows and says how much L supports the figure at that score.
+    Like isotonic regression it is a monotone step map, but it does not overfit the ends.
+    """
+
+    def fit(self, c: ArrayLike, y: ArrayLike) -> VennAbersCalibrator:
+        """Store L's sorted scores and the two isotonic vectors (the package's precomputation)."""
+        c = _scores(c)
+        self.model_ = VennAbers().fit(_two_columns(c), _labels(y, len(c)))
+        return self
+
+    def predict_proba(self, c: ArrayLike) -> FloatArray:
+        """``[1 - p, p]`` with ``p`` the merged Venn-Abers probability."""
+        p, _ = self.model_.predict_proba(_two_columns(_scores(c)))
+        return _two_columns(p[:, 1])
+
+    def bounds(self, c: ArrayLike) -> FloatArray:
+        """``(n, 2)``: the multiprobability ``p0, p1`` of each score."""
+        _, p0p1 = self.model_.predict_proba(_two_columns(_scores(c)))
+        return np.asarray(p0p1, dtype=float)
+
+
 #: calibrator factories keyed by CLI name
 CALIBRATORS: dict[str, Callable[[], ScoreCalibrator]] = {
     "identity": IdentityCalibrator,
@@ -207,6 +241,7 @@ CALIBRATORS: dict[str, Callable[[], ScoreCalibrator]] = {
     "platt-score": partial(PlattCalibrator, feature="score"),
     "isotonic": IsotonicCalibrator,
     "temperature": TemperatureCalibrator,
+    "venn-abers": VennAbersCalibrator,
 }
 
 

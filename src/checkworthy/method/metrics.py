@@ -73,6 +73,31 @@ def roc_auc(y_true: ArrayLike, scores: ArrayLike) -> float:
     return float(roc_auc_score(t, np.asarray(scores, dtype=float)))
 
 
+def brier(y_true: ArrayLike, p: ArrayLike) -> float:
+    """Mean squared difference between the probability (clipped to [0, 1]) and the 0/1 label."""
+    y, q = np.asarray(y_true, dtype=float), np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+    return float(np.mean((q - y) ** 2)) if len(y) else float("nan")
+
+
+def reliability(y_true: ArrayLike, p: ArrayLike, n_bins: int = 10) -> list[tuple[float, float, int]]:
+    """The reliability diagram's points: per non-empty equal-width bin of the probability (clipped
+    to [0, 1]; 1 falls in the last bin), its mean probability, its share of label 1 and its count."""
+    y, q = np.asarray(y_true, dtype=float), np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+    bins = np.minimum((q * n_bins).astype(int), n_bins - 1)
+    return [(float(q[bins == b].mean()), float(y[bins == b].mean()), int((bins == b).sum()))
+            for b in range(n_bins) if (bins == b).any()]
+
+
+def expected_calibration_error(y_true: ArrayLike, p: ArrayLike, n_bins: int = 10) -> float:
+    """Expected calibration error (Guo et al., ICML 2017): over equal-width bins of the
+    probability, each bin's share of the claims times |its share of label 1 - its mean
+    probability|. 0 for a calibrated probability; NaN without claims. Ten bins, as usual; the
+    figure grows with fewer claims per bin (noise), so compare it at similar sizes."""
+    points = reliability(y_true, p, n_bins)
+    n = sum(c for *_, c in points)
+    return float(sum(c * abs(rate - mean) for mean, rate, c in points) / n) if n else float("nan")
+
+
 def mean_score_by_class(y_true: ArrayLike, scores: ArrayLike) -> dict[int, float]:
     """Mean score on gold negatives and on gold positives (NaN for an empty class)."""
     t = np.asarray(y_true, dtype=int)

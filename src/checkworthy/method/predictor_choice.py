@@ -39,7 +39,7 @@ CV_KS = (3, 5, 10)
 #: predictors fitted on L that replace the model score before a correction:
 #: run correction name -> (predictor, correction applied to the predictor's probability)
 PREDICTOR_RUNS: dict[str, tuple[str, str]] = {
-    **{name: (name, "raw") for name in ("platt", "platt-score", "isotonic", "temperature")},
+    **{name: (name, "raw") for name in ("platt", "platt-score", "isotonic", "temperature", "venn-abers")},
     "head": ("head", "raw"),
     "head+nnppi": ("head", "paper"),
     "head-cv": ("head", "cv"),

@@ -100,7 +100,8 @@ IntArray = NDArray[np.int_]
 
 #: bump when a computation changes: stored comparisons of older versions are not reused
 COMPARISON_VERSION = 5  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals;
-#: 4: ROC AUC of every decision row; 5: the auto choice and its intervals
+#: 4: ROC AUC of every decision row; 5: the auto choice and its intervals, ECE of every decision row,
+#: Venn-Abers
 #: conformal interval methods (the ones whose coverage targets apply)
 CONFORMAL = tuple(m for m in INTERVAL_METHODS if m.startswith(("conformal", "mondrian")))
 #: conformal prediction sets: name -> (calibrator, class-conditional)
@@ -125,7 +126,7 @@ class CompareOptions:
     cv_ks: tuple[int, ...] = (3, 5, 10)
     intervals: tuple[str, ...] = tuple(INTERVAL_METHODS)
     corrections: tuple[str, ...] = tuple(CORRECTIONS)
-    calibrators: tuple[str, ...] = ("platt", "platt-score", "isotonic", "temperature")
+    calibrators: tuple[str, ...] = ("platt", "platt-score", "isotonic", "temperature", "venn-abers")
     sets: tuple[str, ...] = tuple(SET_METHODS)
     #: score kinds temperature scaling is fitted for (a verbalised score's logit means nothing)
     temperature_kinds: tuple[str, ...] = ("token_prob",)
@@ -225,7 +226,8 @@ def _decision_rows(family: str, method: str, k: int | None, y: IntArray, p: Floa
         base, _, cls = name.rpartition("_")
         rows.append(MetricRow(family, method, k, base, value, cls) if cls in ("0", "1")
                     else MetricRow(family, method, k, name, value))
-    rows.append(MetricRow(family, method, k, "brier", float(np.mean((np.clip(p, 0, 1) - y) ** 2))))
+    rows.append(MetricRow(family, method, k, "brier", metrics.brier(y, p)))
+    rows.append(MetricRow(family, method, k, "ece", metrics.expected_calibration_error(y, p)))
     rows.append(MetricRow(family, method, k, "roc_auc", metrics.roc_auc(y, p)))
     return rows
 

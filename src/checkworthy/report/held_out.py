@@ -2,10 +2,11 @@
 
 It leads with one table: per predictor and method, the mean across events of positive-class F1
 (the shared task's metric) with its min-max, weighted F1, ROC AUC, mean average precision over the
-ClaimBuster debates, and each class's interval coverage. Then each event on its own, each event's
-share of check-worthy claims as the recommended run estimated it (label-shift PPI) against the
-truth, what the ``auto`` correction chose on each labelled set and why, and the figure predictors
-are chosen by (raw ROC AUC on the labelled sets).
+ClaimBuster debates, each class's interval coverage, and how well theta reads as a probability
+(expected calibration error, Brier score; a reliability diagram per predictor). Then each event on
+its own, each event's share of check-worthy claims as the recommended run estimated it
+(label-shift PPI) against the truth, what the ``auto`` correction chose on each labelled set and
+why, and the figure predictors are chosen by (raw ROC AUC on the labelled sets).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from checkworthy.method.predictor_choice import AUTO_CANDIDATES
+from checkworthy.report import plots
 from checkworthy.report.formatting import fmt
 from checkworthy.runs.held_out import Event, Measured
 
 METHOD_ORDER = ("raw score at 0.5", "recommended", "recommended, batch prior", "paper NN-PPI")
+FIGURE = "reliability.png"
 
 
 def _groups(measured: Sequence[Measured]) -> dict[tuple[str, str], list[Measured]]:
@@ -49,6 +52,7 @@ def summary(measured: Sequence[Measured]) -> list[dict[str, Any]]:
                      "weighted_f1": _mean(ms, "weighted_f1"), "roc_auc": _mean(ms, "roc_auc"),
                      "map_debates": _mean(debates, "average_precision") if debates else float("nan"),
                      "coverage_0": _mean(ms, "coverage_0"), "coverage_1": _mean(ms, "coverage_1"),
+                     "ece": _mean(ms, "ece"), "brier": _mean(ms, "brier"),
                      "share_covered": _mean(ms, "share_covered")})
     return rows
 
@@ -63,13 +67,16 @@ def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[st
              "No predictor trained on these claims and no default was chosen with them.", "",
              "## Across events (mean; positive-class F1 with its min-max)", "",
              "| predictor | method | F1 c1 (min-max) | weighted F1 | ROC AUC | MAP, debates "
-             "| coverage c0 / c1 |",
-             "|---|---|---|---|---|---|---|"]
+             "| coverage c0 / c1 | ECE | Brier |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in summary(measured):
         cov = "–" if np.isnan(r["coverage_0"]) else f"{fmt(r['coverage_0'])} / {fmt(r['coverage_1'])}"
         lines.append(f"| {r['predictor']} | {r['method']} | {fmt(r['f1_1'])} ({fmt(r['f1_1_min'])}-"
                      f"{fmt(r['f1_1_max'])}) | {fmt(r['weighted_f1'])} | {fmt(r['roc_auc'])} | "
-                     f"{fmt(r['map_debates'])} | {cov} |")
+                     f"{fmt(r['map_debates'])} | {cov} | {fmt(r['ece'])} | {fmt(r['brier'])} |")
+    lines += ["", "ECE: expected calibration error of theta (ten equal-width bins), Brier: its mean squared "
+              "error; theta is a probability under L's balanced prior, so on events a quarter check-worthy "
+              "both include that shift.", "", f"![reliability of the recommended theta]({FIGURE})"]
     lines += ["", "## Each event (positive-class F1 / weighted F1 / ROC AUC)", ""]
     names = [e.name for e in events]
     lines += ["| predictor | method | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
@@ -132,12 +139,19 @@ def write(folder: Path, measured: Sequence[Measured], chosen_by: Mapping[str, Ma
     """``held-out.md`` and ``held-out.json`` (every figure) under ``folder``; return the Markdown."""
     folder.mkdir(parents=True, exist_ok=True)
     md = folder / "held-out.md"
+    panels: dict[str, dict[str, Any]] = defaultdict(dict)
+    for m in measured:
+        if m.method == "recommended":
+            panels[m.predictor][m.event] = m.reliability
+    (folder / FIGURE).write_bytes(plots.reliability_diagram(
+        "Reliability of the recommended theta on each held-out event (dashed: calibrated)", panels))
     md.write_text(to_markdown(measured, chosen_by, events, recommended), encoding="utf-8")
     body = {"summary": summary(measured), "chosen_by_labelled_auc": chosen_by,
             "events": {e.name: {"n": len(e.claims), "n_dropped_in_labelled": e.n_dropped_in_labelled}
                        for e in events},
             "measured": [{"predictor": m.predictor, "method": m.method, "event": m.event, "run_id": m.run_id,
-                          **m.figures, **({"auto_choice": m.auto_choice} if m.auto_choice else {})}
+                          **m.figures, **({"auto_choice": m.auto_choice} if m.auto_choice else {}),
+                          "reliability": [list(b) for b in m.reliability]}
                          for m in measured]}
     (folder / "held-out.json").write_text(json.dumps(_finite(body), indent=1, sort_keys=True) + "\n")
     return md

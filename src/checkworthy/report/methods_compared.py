@@ -16,7 +16,7 @@ from checkworthy.report.run_groups import Group
 COVERAGE_TARGETS = (0.94, 0.92)
 #: (metric, class) columns of the decisions table
 DECISION_COLUMNS = (("weighted_f1", "all"), ("f1", "0"), ("f1", "1"), ("accuracy", "all"),
-                    ("predicted_positive_rate", "all"), ("brier", "all"), ("roc_auc", "all"),
+                    ("predicted_positive_rate", "all"), ("brier", "all"), ("ece", "all"), ("roc_auc", "all"),
                     ("cv_weighted_f1", "all"), ("threshold", "all"))
 FAMILY_TITLES = {"interval": "around NN-PPI", "interval-cv": "around the CV choice",
                  "interval-head": "around the head's CV choice", "sets": "conformal set",

@@ -266,3 +266,32 @@ def grouped_bars(title: str, categories: Sequence[str], groups: Sequence[str],
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         return to_png(fig)
+
+
+def reliability_diagram(title: str, panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]]]) -> bytes:
+    """One panel per predictor: for each event, the share of label 1 against the mean probability
+    per bin (:func:`checkworthy.method.metrics.reliability`), point size by count, and the diagonal
+    a calibrated probability follows. ``panels[predictor][event]`` = [(mean, rate, count), ...]."""
+    names = list(panels)
+    events = sorted({e for curves in panels.values() for e in curves})
+    colour = {e: GROUP_COLOURS[i % len(GROUP_COLOURS)] for i, e in enumerate(events)}
+    with _style():
+        fig = Figure(figsize=(3.0 * max(1, len(names)), 3.4))
+        axes = fig.subplots(1, max(1, len(names)), squeeze=False)[0]
+        for ax, name in zip(axes, names):
+            ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="#333333")
+            for event in events:
+                points = panels[name].get(event) or []
+                if points:
+                    x, y, n = zip(*points)
+                    ax.plot(x, y, lw=0.9, color=colour[event], label=event)
+                    ax.scatter(x, y, s=[6 + 60 * c / max(n) for c in n], color=colour[event])
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xlabel("mean theta in the bin", fontsize=7)
+            ax.set_title(_title(name, 40), fontsize=8)
+        axes[0].set_ylabel("share check-worthy in the bin")
+        axes[0].legend(fontsize=6, loc="upper left")
+        fig.suptitle(_title(title, 120), fontsize=9)
+        fig.tight_layout()
+        return to_png(fig)

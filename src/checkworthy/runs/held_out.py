@@ -79,6 +79,8 @@ class Measured:
     figures: dict[str, float] = field(default_factory=dict)
     #: what the ``auto`` correction chose on L, with each candidate's figure (None for other methods)
     auto_choice: dict[str, Any] | None = None
+    #: the reliability diagram's points of theta: (mean probability, share of label 1, count) per bin
+    reliability: list[tuple[float, float, int]] = field(default_factory=list)
 
 
 def held_out_events(seed: int, n_per_class: Mapping[str, int | None], limit: int | None = None
@@ -133,14 +135,16 @@ def write_claims(path: Path, claims: Sequence[Claim]) -> Path:
 def figures(y: np.ndarray, score: np.ndarray, decision: np.ndarray, lo: np.ndarray | None = None,
             hi: np.ndarray | None = None) -> dict[str, float]:
     """Positive-class F1 (the shared task's metric), weighted F1, ROC AUC and average precision of
-    ``score``, the share decided check-worthy and, with an interval, its coverage per class."""
+    ``score``, its expected calibration error and Brier score, the share decided check-worthy and,
+    with an interval, its coverage per class."""
     from sklearn.metrics import average_precision_score
 
     per = metrics.per_class(y, decision)
     out = {"n": float(len(y)), "share_positive": float(y.mean()), "f1_1": per[1]["f1"],
            "weighted_f1": metrics.weighted_f1(y, decision), "roc_auc": metrics.roc_auc(y, score),
            "average_precision": float(average_precision_score(y, score)) if y.any() else float("nan"),
-           "share_decided_positive": float(np.mean(decision))}
+           "share_decided_positive": float(np.mean(decision)),
+           "ece": metrics.expected_calibration_error(y, score), "brier": metrics.brier(y, score)}
     if lo is not None and hi is not None:
         out |= {f"coverage_{c}": v for c, v in metrics.interval_coverage(y, lo, hi).items() if c != "all"}
     return out
@@ -219,7 +223,8 @@ def evaluate_held_out(
                                         figures(y, col["score"], raw)))
                 out.append(Measured(label, name, event.name, outcome.run_id,
                                     figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
-                                            col["ci_high"]) | share, stored.get("auto_choice")))
+                                            col["ci_high"]) | share, stored.get("auto_choice"),
+                                    metrics.reliability(y, col["theta"])))
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "
                      f"AUC {out[-1].figures['roc_auc']:.3f} (run {outcome.run_id})")
     return out, chosen_by, events
