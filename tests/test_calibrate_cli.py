@@ -43,7 +43,8 @@ def test_calibrate_writes_one_row_per_claim_with_nnppi(use_db, files, claims, ca
                  "--out", str(out)]) == 0
     with open(out, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
+    assert list(rows[0]) == ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors",
+                             "review"]
     assert [r["id"] for r in rows] == [c[0] for c in claims[70:]]
     by_id = {c[0]: c for c in claims[:70]}
     for r in rows:
@@ -92,3 +93,43 @@ def test_a_u_claim_with_the_text_of_an_l_claim_is_said_and_minus_zero_is_zero(us
     with use_db.connect() as conn:
         params = conn.execute(text("SELECT params FROM calibration_runs ORDER BY id DESC LIMIT 1")).scalar_one()
     assert params["n_unlabeled_in_labeled"] == 1
+
+
+@pytest.mark.parametrize("risk", ["error", "miss"])
+def test_review_column_follows_the_rule_stored_with_the_run(use_db, files, risk, capsys):
+    """Decide or review: OUT's ``review`` is the rule chosen on L and stored in the run's params (an
+    auditor derives every claim's flag from theta and the stored margin), and the CLI says it."""
+    from checkworthy.method.selective import needs_review
+
+    lab, unl, out = files
+    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", str(K), "--out", str(out),
+                 "--review-risk", risk, "--max-risk", "0.2", "--delta", "0.2"]) == 0
+    printed = capsys.readouterr().out
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    run_id = int(printed.split("(run ")[1].split(",")[0])
+    with use_db.connect() as conn:
+        rule = conn.execute(text("SELECT params->'review' FROM calibration_runs WHERE id = :i"),
+                            {"i": run_id}).scalar_one()
+    assert (rule["risk"], rule["max_risk"], rule["delta"]) == (risk, 0.2, 0.2)
+    assert rule["n_labelled"] == 70 and 0 <= rule["automated_share"] <= 1
+    theta = np.array([float(r["theta"]) for r in rows])
+    flags = needs_review(theta, rule["threshold"], risk, rule["margin"])
+    assert [int(r["review"]) for r in rows] == flags.tolist()
+    assert f"review: {int(flags.sum())} of {len(rows)} claims to a person" in printed
+    if risk == "miss":  # claims decided check-worthy go on; only dismissals may wait for a person
+        assert all(r["review"] == "0" for r in rows if r["decision"] == "1")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--max-risk", "0", "max risk must lie in (0, 1)"),
+    ("--delta", "1.5", "delta must lie in (0, 1)"),
+    ("--review-risk", "cost", "unknown review risk 'cost'"),
+])
+def test_bad_review_options_are_refused_before_anything_is_written(use_db, files, option, value, message, capsys):
+    lab, unl, out = files
+    before = table_counts(use_db)
+    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", str(K), "--out", str(out),
+                 option, value]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+    assert table_counts(use_db) == before

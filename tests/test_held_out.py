@@ -45,6 +45,10 @@ def test_every_method_on_every_event(measured):
         f = m.figures
         assert f["n"] == 20 and 0 <= f["f1_1"] <= 1 and 0 <= f["weighted_f1"] <= 1
         assert ("coverage_1" in f) == (m.method != "raw score at 0.5")
+        # every calibration run carries its decide-or-review rule; the event measures it
+        assert ("automated_share" in f) == (m.method != "raw score at 0.5")
+        if "automated_share" in f:
+            assert 0 <= f["automated_share"] <= 1 and 0 <= f["realised_risk"] <= 1 and f["max_risk"] == 0.1
         if "share_estimate" in f:  # the run's label-shift estimate of the event's share, against the truth
             assert 0 <= f["share_estimate"] <= 1 and 0 <= f["share_naive"] <= 1
             assert "share_low" not in f or f["share_covered"] == (f["share_low"] <= f["share_positive"]
@@ -77,7 +81,7 @@ def test_the_report_leads_with_the_spread_across_events(measured, tmp_path):
     assert (md.index("## Across events") < md.index("## Each event") < md.index("## Share check-worthy")
             < md.index("## How the correction is chosen") < md.index("## How the predictor"))
     assert "| predictor | labelled set | " + " | ".join(AUTO_CANDIDATES) + " | chosen |" in md
-    assert "| ECE | Brier |" in md and "![reliability of the recommended theta](reliability.png)" in md
+    assert "| ECE | Brier | automated (error among them, max) |" in md and "![reliability of the recommended theta](reliability.png)" in md
     assert (tmp_path / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "F1 c1 (min-max)" in md and all(e in md for e in EVENTS)
     body = json.loads((tmp_path / "held-out.json").read_text())  # strict JSON: no NaN

@@ -94,10 +94,10 @@ def cmd_labels(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
     from checkworthy.runs.calibration_run import check_methods
-    from checkworthy.runs.own_scores import calibrate_files, read_scored_csv
+    from checkworthy.runs.own_scores import Review, calibrate_files, read_scored_csv
 
     try:
-        check_methods(args.interval, args.correction)
+        check_methods(args.interval, args.correction, "labelled", args.review_risk, args.max_risk, args.delta)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -110,7 +110,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     read_scored_csv(Path(args.unlabeled), label_required=False)
     outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
                               Path(args.out), alpha=args.alpha, threshold=args.threshold,
-                              interval=args.interval, correction=args.correction)
+                              interval=args.interval, correction=args.correction,
+                              review=Review(args.review_risk, args.max_risk, args.delta))
     print_outcome(outcome, args, f"interval {args.interval}, correction {args.correction}")
     return 0
 
@@ -130,6 +131,14 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
                     else "no interval: one decision throughout the batch or a class of L")
         print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
               f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
+    if outcome.review:
+        r = outcome.review
+        bound = {"error": "wrong decisions among those decided automatically",
+                 "miss": "check-worthy claims among those dismissed automatically"}[r["risk"]]
+        margin = "none decided automatically" if r["margin"] is None else f"margin {r['margin']:.2f}"
+        print(f"review: {outcome.n_review} of {outcome.n_rows} claims to a person ({margin}; share of "
+              f"{bound} <= {r['max_risk']:g} with probability >= {1 - r['delta']:.0%} over the labelled "
+              "file, Learn-then-Test)")
     if outcome.prior and "batch" in outcome.prior:
         print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
     if outcome.in_labeled:
@@ -161,11 +170,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"error: --params: no such file {args.params}", file=sys.stderr)
         return 2
     params = load_params(Path(args.params)) if args.params else {}
-    options = ("model", "score_kind", "k", "alpha", "threshold", "interval", "correction", "prior")
+    options = ("model", "score_kind", "k", "alpha", "threshold", "interval", "correction", "prior",
+               "review_risk", "max_risk", "delta")
     given = {name: getattr(args, name) for name in options}
     rec = Recommended.from_params(params, **given)
     try:
-        check_methods(rec.interval, rec.correction, rec.prior)
+        check_methods(rec.interval, rec.correction, rec.prior, rec.review_risk, rec.max_risk, rec.delta)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -385,6 +395,18 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (--help lists the options)\n")
 
 
+def add_review_options(p: argparse.ArgumentParser, defaults: tuple[str | None, float | None, float | None]
+                       ) -> None:
+    """Decide or review: the OUT column ``review`` (1 = a person should decide the claim)."""
+    risk, max_risk, delta = defaults
+    p.add_argument("--review-risk", default=risk,
+                   help="what the automatic decisions bound: error (wrong decisions among them) or miss "
+                        "(check-worthy claims among the automatic dismissals); default error")
+    p.add_argument("--max-risk", type=float, default=max_risk, help="the bound R, in (0, 1); default 0.1")
+    p.add_argument("--delta", type=float, default=delta,
+                   help="the chance over the labelled file that the bound fails, in (0, 1); default 0.1")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrors(prog="checkworthy", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -429,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "head+nnppi (corrected by NN-PPI), head-cv (correction chosen by cross-validation); "
                         "or auto: platt, head-cv or cv, whichever has the best cross-validated "
                         "positive-class F1 on the labelled file")
+    add_review_options(c, ("error", 0.1, 0.1))
     c.set_defaults(func=cmd_calibrate)
 
     pr = sub.add_parser("predict", help="the recommended path: score your labelled and unlabelled claims "
@@ -447,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--prior", choices=("labelled", "batch"),
                     help="decide for the labelled file's share of check-worthy claims (labelled) or for the "
                          "batch's, estimated under label shift (batch); default: predict.prior")
+    add_review_options(pr, (None, None, None))
     pr.set_defaults(func=cmd_predict)
 
     ev = sub.add_parser("evaluate", help="every predictor on every held-out event (ClaimBuster 2016 debates, "

@@ -41,6 +41,11 @@ def _mean(ms: Sequence[Measured], key: str) -> float:
     return float(np.nanmean(vals)) if not all(np.isnan(vals)) else float("nan")
 
 
+def _max(ms: Sequence[Measured], key: str) -> float:
+    vals = [m.figures[key] for m in ms if key in m.figures]
+    return float(max(vals)) if vals else float("nan")
+
+
 def summary(measured: Sequence[Measured]) -> list[dict[str, Any]]:
     """One row per predictor x method: means across events, with the spread of positive-class F1."""
     rows = []
@@ -53,6 +58,9 @@ def summary(measured: Sequence[Measured]) -> list[dict[str, Any]]:
                      "map_debates": _mean(debates, "average_precision") if debates else float("nan"),
                      "coverage_0": _mean(ms, "coverage_0"), "coverage_1": _mean(ms, "coverage_1"),
                      "ece": _mean(ms, "ece"), "brier": _mean(ms, "brier"),
+                     "automated_share": _mean(ms, "automated_share"),
+                     "realised_risk": _mean(ms, "realised_risk"),
+                     "realised_risk_max": _max(ms, "realised_risk"),
                      "share_covered": _mean(ms, "share_covered")})
     return rows
 
@@ -67,16 +75,20 @@ def to_markdown(measured: Sequence[Measured], chosen_by: Mapping[str, Mapping[st
              "No predictor trained on these claims and no default was chosen with them.", "",
              "## Across events (mean; positive-class F1 with its min-max)", "",
              "| predictor | method | F1 c1 (min-max) | weighted F1 | ROC AUC | MAP, debates "
-             "| coverage c0 / c1 | ECE | Brier |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| coverage c0 / c1 | ECE | Brier | automated (error among them, max) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary(measured):
         cov = "–" if np.isnan(r["coverage_0"]) else f"{fmt(r['coverage_0'])} / {fmt(r['coverage_1'])}"
         lines.append(f"| {r['predictor']} | {r['method']} | {fmt(r['f1_1'])} ({fmt(r['f1_1_min'])}-"
                      f"{fmt(r['f1_1_max'])}) | {fmt(r['weighted_f1'])} | {fmt(r['roc_auc'])} | "
-                     f"{fmt(r['map_debates'])} | {cov} | {fmt(r['ece'])} | {fmt(r['brier'])} |")
+                     f"{fmt(r['map_debates'])} | {cov} | {fmt(r['ece'])} | {fmt(r['brier'])} | "
+                     f"{_review_cell(r)} |")
     lines += ["", "ECE: expected calibration error of theta (ten equal-width bins), Brier: its mean squared "
               "error; theta is a probability under L's balanced prior, so on events a quarter check-worthy "
-              "both include that shift.", "", f"![reliability of the recommended theta]({FIGURE})"]
+              "both include that shift. Automated: the share of claims decided without a person by the "
+              "run's decide-or-review rule (Learn-then-Test on L; params.yaml predict: review_risk, "
+              "max_risk, delta), with the realised risk among them, mean and worst event.", "",
+              f"![reliability of the recommended theta]({FIGURE})"]
     lines += ["", "## Each event (positive-class F1 / weighted F1 / ROC AUC)", ""]
     names = [e.name for e in events]
     lines += ["| predictor | method | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
@@ -124,6 +136,12 @@ def _auto_table(measured: Sequence[Measured], events: Sequence[Event]) -> list[s
         lines.append(f"| {predictor} | {ds} | " + " | ".join(fmt(figures.get(n)) for n in names)
                      + f" | {choice['chosen']} |")
     return lines
+
+
+def _review_cell(r: Mapping[str, float]) -> str:
+    if np.isnan(r["automated_share"]):
+        return "–"
+    return f"{fmt(r['automated_share'])} ({fmt(r['realised_risk'])}, {fmt(r['realised_risk_max'])})"
 
 
 def _share_cell(f: Mapping[str, float] | None) -> str:

@@ -31,6 +31,7 @@ from checkworthy.method.predictor_choice import (
     fit_correction,
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive
+from checkworthy.method.selective import RISKS, fit_review
 from checkworthy.store.calibration_runs import (
     complete_run,
     fail_run,
@@ -72,6 +73,11 @@ class RunSpec:
     #: the class prior decisions are made for: ``labelled`` (L's, the paper's) or ``batch`` (the
     #: batch's share estimated under label shift, :func:`checkworthy.method.prevalence.prior_threshold`)
     prior: str = "labelled"
+    #: decide or review (:mod:`checkworthy.method.selective`): the risk bounded among the claims
+    #: decided automatically, the bound, and the chance over L that the chosen rule exceeds it
+    review_risk: str = "error"
+    max_risk: float = 0.1
+    delta: float = 0.1
 
 
 @dataclass
@@ -105,7 +111,8 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     Returns (claim ids, results, the neighbours stored with each claim, params to add to the
     run when it completes: counts and, for methods other than the paper's, what was fitted).
     """
-    check_methods(spec.interval_method, spec.correction, spec.prior)
+    check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
+                  spec.delta)
     scores = claim_scores(
         conn, spec.claim_ids, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
         spec.key.score_kind,
@@ -131,7 +138,8 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
-        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c)
+        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c) | paper_review(
+            conn, spec, res.theta)
     emb = None
     if spec.correction == "auto" or PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
@@ -150,6 +158,23 @@ def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict
     return {"prevalence": p.as_dict() | {"from": "raw score"}}
 
 
+def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, theta: np.ndarray,
+                  threshold: float) -> dict[str, Any]:
+    """The decide-or-review rule chosen on L (leave-one-out theta) and the share of the run's claims
+    it decides automatically, as stored in the run's ``params->'review'``."""
+    rule = fit_review(theta_l, y_l, threshold, spec.review_risk, spec.max_risk, spec.delta)
+    share = float(np.mean(rule.review(theta) == 0)) if len(theta) else None
+    return {"review": rule.as_dict() | {"automated_share": share}}
+
+
+def paper_review(conn: Connection, spec: RunSpec, theta: np.ndarray) -> dict[str, Any]:
+    """:func:`review_params` for the paper's path, which builds no leave-one-out lists for its own
+    figures: L's theta from its leave-one-out neighbours (the same SQL kNN), NN-PPI at the run's k."""
+    pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model)
+    nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
+    return review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold)
+
+
 # ------------------------------------------------------------------ interval and correction
 
 
@@ -161,8 +186,14 @@ SPLIT_METHODS = ("conformal-split", "mondrian-split")
 PRIORS = ("labelled", "batch")
 
 
-def check_methods(interval_method: str, correction: str, prior: str = "labelled") -> None:
-    """Refuse unknown method names before anything is computed or stored."""
+def check_methods(interval_method: str, correction: str, prior: str = "labelled",
+                  review_risk: str = "error", max_risk: float = 0.1, delta: float = 0.1) -> None:
+    """Refuse unknown method names and bounds outside (0, 1) before anything is computed or stored."""
+    if review_risk not in RISKS:
+        raise ValueError(f"unknown review risk {review_risk!r}; choose from {list(RISKS)}")
+    for name, value in (("max risk", max_risk), ("delta", delta)):
+        if not 0 < value < 1:
+            raise ValueError(f"{name} must lie in (0, 1), got {value}")
     if prior not in PRIORS:
         raise ValueError(f"unknown prior {prior!r}; choose from {list(PRIORS)}")
     if interval_method not in INTERVAL_METHODS:
@@ -260,6 +291,7 @@ def compute_methods(
     nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=cal, dist=nq.distances, k=k)
     theta = choice.theta(nb)
     lo, hi = INTERVAL_METHODS[spec.interval_method](nb, spec.alpha, correction=choice.theta)
+    fitted |= review_params(spec, choice.theta(Neighbourhood.loo(cal, k)), cal.y, theta, threshold)
     km = nnppi.knn_mean(nb.y_nbr())
     res = nnppi.NNPPIResult(
         score=c, theta=theta, ci_low=np.asarray(lo, dtype=float), ci_high=np.asarray(hi, dtype=float),
@@ -273,7 +305,8 @@ def compute_methods(
 
 def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> int:
     """Run (or reuse) the calibration described by ``spec``; return the run id."""
-    check_methods(spec.interval_method, spec.correction, spec.prior)
+    check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
+                  spec.delta)
     ctx = ctx or RunContext()
     with engine.connect() as lock:
         fingerprint = label_set_fingerprint(lock, spec.label_set_id)

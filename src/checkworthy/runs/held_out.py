@@ -38,6 +38,7 @@ from checkworthy.data.datasets import (
 )
 from checkworthy.method import metrics
 from checkworthy.method.sampling import balanced_sample
+from checkworthy.method.selective import needs_review
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
 from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
 from checkworthy.scorers.registry import configured_scorer
@@ -150,6 +151,19 @@ def figures(y: np.ndarray, score: np.ndarray, decision: np.ndarray, lo: np.ndarr
     return out
 
 
+def review_figures(rule: Mapping[str, Any] | None, y: np.ndarray, theta: np.ndarray) -> dict[str, float]:
+    """The run's decide-or-review rule on the event: the share decided automatically and the risk it
+    bounds, realised (wrong decisions among the automatic ones, or check-worthy claims among the
+    automatic dismissals), beside the bound."""
+    if not rule:
+        return {}
+    auto = needs_review(theta, rule["threshold"], rule["risk"], rule["margin"]) == 0
+    at_risk = auto if rule["risk"] == "error" else auto & (theta < rule["threshold"])
+    lost = ((theta >= rule["threshold"]).astype(int) != y) if rule["risk"] == "error" else y == 1
+    return {"automated_share": float(auto.mean()), "max_risk": float(rule["max_risk"]),
+            "realised_risk": float(lost[at_risk].mean()) if at_risk.any() else 0.0}
+
+
 def prevalence_figures(stored: Mapping[str, Any] | None, true_share: float) -> dict[str, float]:
     """The run's estimate of the batch's share of check-worthy claims (label-shift PPI) against the
     true share: estimate, interval, whether it holds the truth, and the naive share called positive."""
@@ -223,7 +237,9 @@ def evaluate_held_out(
                                         figures(y, col["score"], raw)))
                 out.append(Measured(label, name, event.name, outcome.run_id,
                                     figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
-                                            col["ci_high"]) | share, stored.get("auto_choice"),
+                                            col["ci_high"]) | share
+                                    | review_figures(stored.get("review"), y, col["theta"]),
+                                    stored.get("auto_choice"),
                                     metrics.reliability(y, col["theta"])))
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "
                      f"AUC {out[-1].figures['roc_auc']:.3f} (run {outcome.run_id})")

@@ -24,13 +24,14 @@ from checkworthy.data.datasets import sha256_file
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError
 from checkworthy.method import metrics
+from checkworthy.method.selective import needs_review
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
 
-OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors"]
+OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review"]
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,28 @@ class CalibrateOutcome:
     prior: dict[str, Any] | None = None
     #: what the ``auto`` correction chose on L, with each candidate's cross-validated figure
     auto_choice: dict[str, Any] | None = None
+    #: the decide-or-review rule chosen on L (:mod:`checkworthy.method.selective`) and how many of
+    #: U's claims it sends to a person
+    review: dict[str, Any] | None = None
+    n_review: int | None = None
+
+
+@dataclass(frozen=True)
+class Review:
+    """What decide-or-review bounds: the risk, its bound, the chance over L of exceeding it."""
+
+    risk: str = "error"
+    max_risk: float = 0.1
+    delta: float = 0.1
+
+
+DEFAULT_REVIEW = Review()
 
 
 def calibrate_files(
     engine: Engine, labeled: Path, unlabeled: Path, k: int, out: Path,
     alpha: float = 0.05, threshold: float = 0.5, model: str = "file:imported",
-    interval: str = "z", correction: str = "paper",
+    interval: str = "z", correction: str = "paper", review: Review = DEFAULT_REVIEW,
 ) -> CalibrateOutcome:
     """Validate both files, store them, calibrate U against L in SQL and write ``out``.
 
@@ -123,7 +140,7 @@ def calibrate_files(
              for r in lab + unl],
         )
     key = store.ScoreKey(model_id, "none", store.params_hash(files.params), "imported")
-    return calibrate_stored(engine, files, key, k, out, alpha, threshold, interval, correction)
+    return calibrate_stored(engine, files, key, k, out, alpha, threshold, interval, correction, review=review)
 
 
 def check_k(labeled: Path, lab: list[Row], k: int) -> None:
@@ -165,19 +182,24 @@ def store_files(
 def calibrate_stored(
     engine: Engine, files: StoredFiles, key: store.ScoreKey, k: int, out: Path, alpha: float,
     threshold: float, interval: str, correction: str, prior: str = "labelled",
+    review: Review = DEFAULT_REVIEW,
 ) -> CalibrateOutcome:
     """Calibrate the stored U against L under ``key``, write ``out``, and measure if U has labels."""
     lab, unl, u_ids = files.lab, files.unl, files.u_ids
     labelled_texts = {r.text for r in lab}
     in_labeled = [r.line for r in unl if r.text in labelled_texts]
     spec = RunSpec(files.target, tuple(u_ids), files.label_set_id, key, k, alpha, threshold,
-                   interval_method=interval, correction=correction, prior=prior)
+                   interval_method=interval, correction=correction, prior=prior, review_risk=review.risk,
+                   max_risk=review.max_risk, delta=review.delta)
     run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled)}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
         run_params = load_run(conn, run_id)["params"]
-    _write_out(out, unl, u_ids, results, names)
+    rule = run_params.get("review") or {}
+    flags = {cid: int(needs_review([r["theta"]], rule["threshold"], rule["risk"], rule["margin"])[0])
+             for cid, r in results.items()} if rule else {}
+    _write_out(out, unl, u_ids, results, names, flags)
     got = None
     if all(r.label is not None for r in unl) and all(i in results for i in u_ids):
         y = np.array([r.label for r in unl])
@@ -193,10 +215,12 @@ def calibrate_stored(
         got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
         got["nnppi"]["share_positive"] = float(y.mean())
     return CalibrateOutcome(run_id, len(unl), got, in_labeled, run_params.get("prevalence"),
-                            run_params.get("prior"), run_params.get("auto_choice"))
+                            run_params.get("prior"), run_params.get("auto_choice"), rule or None,
+                            sum(flags.values()) if flags else None)
 
 
-def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str]) -> None:
+def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str],
+               review: dict[int, int]) -> None:
     """One output row per input row of U, in input order (duplicates of a text included); a
     claim without a usable score has empty fields."""
     tmp = Path(str(out) + ".tmp")
@@ -206,9 +230,9 @@ def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names:
         for row, cid in zip(rows, ids):
             r = results.get(cid)
             if r is None:  # its score failed to parse: no decision, said by the empty fields
-                w.writerow([row.id, "", "", "", "", "", "", ""])
+                w.writerow([row.id, "", "", "", "", "", "", "", 1])  # no score: a person decides
                 continue
             w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
                         f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
-                        ";".join(names[n] for n in r["neighbor_ids"])])
+                        ";".join(names[n] for n in r["neighbor_ids"]), review.get(cid, "")])
     tmp.replace(out)

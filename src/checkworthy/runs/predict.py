@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
+    Review,
     Row,
     calibrate_stored,
     check_k,
@@ -42,6 +43,9 @@ class Recommended:
     alpha: float = 0.05
     threshold: float = 0.5
     prior: str = "labelled"
+    review_risk: str = "error"
+    max_risk: float = 0.1
+    delta: float = 0.1
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
@@ -74,4 +78,5 @@ def predict_files(
     hashes = [store.sha256_text(r.text) for r in lab + unl]
     _, _, keys = score_missing(engine, scorer, hashes, *prompt)
     return calibrate_stored(engine, files, keys[rec.score_kind], rec.k, out, rec.alpha, rec.threshold,
-                            rec.interval, rec.correction, rec.prior)
+                            rec.interval, rec.correction, rec.prior,
+                            Review(rec.review_risk, rec.max_risk, rec.delta))

@@ -60,6 +60,7 @@ from checkworthy.runs.calibration_run import (
     RunSpec,
     is_paper_default,
     key_of,
+    paper_review,
     raw_score_prevalence,
     run_calibration,
     start_run,
@@ -427,7 +428,9 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
               "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": len(rows),
               "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
     if n_cal:
-        counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in result_values(conn, run_id)]))
+        stored = result_values(conn, run_id)
+        counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in stored]))
+        counts |= paper_review(conn, spec, np.array([r.theta for r in stored]))
     complete_run(conn, run_id, counts)
 
 
@@ -511,11 +514,16 @@ def recalibrate(
 
 def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunSpec:
     """The same calibration as ``run`` on another label set and the target's current claims."""
+    params = run["params"] or {}
+    review = params.get("review") or {}
     return RunSpec(
         target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
         key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
         k=run["k"], alpha=run["alpha"], threshold=run["threshold"], interval_method=run["interval_method"],
-        embed_model=run["embed_model"], correction=(run["params"] or {}).get("correction", "paper"),
+        embed_model=run["embed_model"], correction=params.get("correction", "paper"),
+        prior="batch" if (params.get("prior") or {}).get("mode") == "batch" else "labelled",
+        review_risk=review.get("risk", "error"), max_risk=review.get("max_risk", 0.1),
+        delta=review.get("delta", 0.1),
     )
 
 

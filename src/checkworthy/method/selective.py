@@ -1,0 +1,121 @@
+"""Decide or review: which decisions may be taken without a person, with a finite-sample promise.
+
+A claim is decided automatically when its theta is far enough from the threshold; the margin is
+chosen on L by Learn-then-Test (Angelopoulos, Bates, Candès, Jordan and Lei, "Learn then Test:
+calibrating predictive algorithms to achieve risk control", 2021), so that with probability at
+least ``1 - delta`` over L the chosen rule's risk is at most ``max_risk``. Two risks:
+
+``error``  the share of wrong decisions among the claims decided automatically: claims with
+           ``|theta - threshold| >= margin`` are decided, the rest go to a person;
+``miss``   the share of check-worthy claims among those dismissed automatically: claims decided
+           check-worthy go on as such, and a dismissal is automatic only where
+           ``theta <= threshold - margin``; the rest go to a person.
+
+Procedure: for each margin of a fixed grid, from the widest (fewest automated) to 0, the null
+"risk > max_risk" is tested with the exact binomial p-value of the losses among L's automated
+claims (given how many L automates, they are a sample from the automated part of the
+distribution). Margins whose automated set is too small to ever reject are skipped (that count
+depends on theta alone, not on labels); from the first testable margin on, fixed-sequence testing
+rejects while ``p <= delta`` and stops at the first failure, which controls the family-wise
+error at ``delta``. The chosen margin is the last rejected; with none, every claim (``error``) or
+every dismissal (``miss``) goes to a person.
+
+Guarantee and limits: exchangeability of L and the claims decided. L's theta must not have seen
+its own label (leave-one-out neighbours, out-of-fold predictors). A balanced L against a stream
+with fewer check-worthy claims breaks exchangeability: ``miss`` then errs on the safe side (fewer
+check-worthy claims among the dismissed than in L), ``error`` may not. Pure: arrays in and out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.stats import binom
+
+RISKS = ("error", "miss")
+#: margins tried, widest first: |theta - threshold| from 0.5 down to 0 in steps of 0.01
+GRID = tuple(round(0.5 - 0.01 * i, 2) for i in range(51))
+
+
+@dataclass(frozen=True)
+class ReviewRule:
+    """The chosen margin (None: nothing decided automatically that the risk concerns) and what
+    L showed at it: claims it automates, their realised risk and the test's p-value."""
+
+    risk: str
+    max_risk: float
+    delta: float
+    threshold: float
+    margin: float | None
+    n_labelled: int
+    n_automated_labelled: int
+    risk_labelled: float | None
+    p_value: float | None
+
+    def review(self, theta: ArrayLike) -> NDArray[np.int_]:
+        """1 where a person should decide the claim, 0 where it is decided automatically."""
+        return needs_review(theta, self.threshold, self.risk, self.margin)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def needs_review(theta: ArrayLike, threshold: float, risk: str, margin: float | None) -> NDArray[np.int_]:
+    """The rule applied: 1 = to a person (see the module's two risks), 0 = decided automatically."""
+    t = np.asarray(theta, dtype=float)
+    if risk == "error":
+        auto = np.zeros(t.shape, bool) if margin is None else np.abs(t - threshold) >= margin - 1e-12
+    elif risk == "miss":
+        dismissed = t < threshold
+        auto = ~dismissed | (False if margin is None else t <= threshold - margin + 1e-12)
+    else:
+        raise ValueError(f"unknown risk {risk!r}; choose from {list(RISKS)}")
+    return (~auto).astype(np.int_)
+
+
+def _losses(theta: np.ndarray, y: np.ndarray, threshold: float, risk: str, margin: float
+            ) -> tuple[int, int]:
+    """(claims the margin puts at risk, losses among them) on L."""
+    auto = needs_review(theta, threshold, risk, margin) == 0
+    if risk == "error":
+        return int(auto.sum()), int((auto & ((theta >= threshold).astype(int) != y)).sum())
+    dismissed = auto & (theta < threshold)
+    return int(dismissed.sum()), int((dismissed & (y == 1)).sum())
+
+
+def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk: str = "error",
+               max_risk: float = 0.1, delta: float = 0.1, grid: tuple[float, ...] = GRID) -> ReviewRule:
+    """Choose the margin on L by Learn-then-Test (fixed sequence, exact binomial p-values).
+
+    Parameters
+    ----------
+    theta_l : L's theta, each computed without its own label.
+    y_l : L's labels.
+    threshold : the decision threshold on theta.
+    risk : ``error`` or ``miss``.
+    max_risk, delta : the bound and the chance, over L, that the chosen rule exceeds it.
+    """
+    if risk not in RISKS:
+        raise ValueError(f"unknown risk {risk!r}; choose from {list(RISKS)}")
+    if not 0 < max_risk < 1 or not 0 < delta < 1:
+        raise ValueError("max_risk and delta must lie in (0, 1)")
+    theta = np.asarray(theta_l, dtype=float)
+    y = np.asarray(y_l, dtype=int)
+    n_min = int(np.ceil(np.log(delta) / np.log(1 - max_risk)))  # fewer cannot reject, even loss-free
+    chosen: tuple[float, int, int, float] | None = None
+    for margin in grid:
+        n, lost = _losses(theta, y, threshold, risk, margin)
+        if n < n_min:
+            if chosen is None:
+                continue  # not yet testable: skipped, never a failure
+            break
+        p = float(binom.cdf(lost, n, max_risk))
+        if p > delta:
+            break
+        chosen = (margin, n, lost, p)
+    if chosen is None:
+        return ReviewRule(risk, max_risk, delta, threshold, None, len(y), 0, None, None)
+    margin, n, lost, p = chosen
+    return ReviewRule(risk, max_risk, delta, threshold, margin, len(y), n, lost / n, p)
