@@ -291,6 +291,8 @@ def test_auditor_runs_checkworthy_explain(logins, pipeline_run, monkeypatch, cap
     assert main(["explain", sid, "--run", str(pipeline_run["run_id"])]) == 0
     shown = capsys.readouterr().out
     assert f"/{sid} " in shown and "theta:" in shown and "decision:" in shown
+    flag = "to a person" if pipeline_run["out"][0]["review"] == "1" else "decided automatically"
+    assert f"review:     {flag} (" in shown and "Learn-then-Test" in shown
     assert pipeline_run["out"][0]["neighbors"].split(";")[0] in shown
     assert main(["explain", "no-such-claim-id"]) == 2
 

@@ -40,6 +40,8 @@ class Decision:
 
     row: Mapping[str, Any]
     neighbours: list[Mapping[str, Any]] = field(default_factory=list)
+    #: the run's decide-or-review rule (``calibration_runs.params->'review'``), None for older runs
+    review: Mapping[str, Any] | None = None
 
 
 def find_claims(conn: Connection, claim: str, dataset: str | None = None) -> list[int]:
@@ -74,6 +76,10 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}
     for n in nbrs:
         by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
+    rules = dict(conn.execute(text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"),
+                              {"r": sorted({d.row["run_id"] for d in out})}).all())
+    for d in out:
+        d.review = rules.get(d.row["run_id"])
     return out
 
 
