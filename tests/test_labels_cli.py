@@ -10,6 +10,7 @@ mocked: real DVC, Great Expectations, MiniLM, Postgres, Prefect.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 
@@ -189,3 +190,35 @@ def test_labels_add_refuses_a_malformed_file_before_anything(project, added):
     assert "Traceback" not in done.stderr
     assert (table_counts(engine), (repo / "data.dvc").read_text(),
             sorted((repo / "data" / "labels").iterdir())) == before
+
+
+def test_review_export_and_import_through_the_console_script(project, added):
+    """The data team's loop: the top of the open queue as a CSV, filled in, imported: versioned by DVC
+    under data/labels/, validated, and the entries it answers closed (held-out claims stay gold)."""
+    engine, repo, tmp = project["engine"], project["repo"], project["tmp"]
+    out = tmp / "queue.csv"
+    done = run_cli(["review", "export", "--format", "csv", "--limit", "4", "--out", str(out)], project["env"], repo)
+    assert done.returncode == 0, done.stderr
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 and all(r["reason"].startswith("to a person") for r in rows)
+    with engine.connect() as conn:
+        gold = dict(conn.execute(text(
+            "SELECT c.source_id, l.label FROM claims c JOIN current_labels l ON l.claim_id = c.id "
+            "WHERE c.source_id = ANY(:s)"), {"s": [r["id"] for r in rows]}).all())
+        n_answers = conn.execute(text("SELECT count(*) FROM review_answers")).scalar_one()
+    for r in rows[:3]:  # the fourth left blank: not answered yet
+        r["label"] = "Yes" if gold[r["id"]] else "No"
+    filled = tmp / "queue-filled.csv"
+    with open(filled, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    done = run_cli(["review", "import", str(filled)], project["env"], repo)
+    assert done.returncode == 0, done.stderr
+    assert "3 answers" in done.stdout and "review queue: 3 claims answered" in done.stdout
+    assert (repo / "data" / "labels" / "review-queue-filled.csv").exists()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM review_answers")).scalar_one() == n_answers + 3
+        still = {r.source_id for r in conn.execute(text("SELECT source_id FROM review_open"))}
+    assert not still & {r["id"] for r in rows[:3]} and rows[3]["id"] in still

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,11 +52,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
 
     ``labels versions [LINEAGE]``: the versions of each label-set lineage.
     """
-    from checkworthy.data.label_files import read_label_csv
-    from checkworthy.flows.pipeline import label_update_flow
-    from checkworthy.runs.label_updates import check_label_file
     from checkworthy.store import lineages
-    from checkworthy.store.validations import failed_results
 
     if args.labels_command == "versions":
         with _engine().connect() as conn:
@@ -66,17 +63,32 @@ def cmd_labels(args: argparse.Namespace) -> int:
                           f"{v['n_positive']} positive) {v['reason']}, {v['created_at']:%Y-%m-%d %H:%M}, "
                           f"data {v['dvc_hash'] or '-'}")
         return 0
-    rows = read_label_csv(Path(args.file))  # a malformed file fails before anything starts
+    return _add_label_file(Path(args.file), args.event_only)
+
+
+def _add_label_file(path: Path, event_only: bool) -> int:
+    """The one way labels arrive: check, version (DVC), validate (GX), append, recalibrate; print
+    what happened, the review-queue entries the labels closed included."""
+    from checkworthy.data.label_files import read_label_csv
+    from checkworthy.flows.pipeline import label_update_flow
+    from checkworthy.runs.label_updates import check_label_file
+    from checkworthy.store.review_queue import answers_of_update
+    from checkworthy.store.validations import failed_results
+
+    rows = read_label_csv(path)  # a malformed file fails before anything starts
     with _engine().connect() as conn:  # ... and one naming unknown claims before it is copied
-        check_label_file(conn, Path(args.file), rows)
-    out = label_update_flow(files=[str(Path(args.file).resolve())], recalibrate_now=not args.event_only)
+        check_label_file(conn, path, rows)
+    out = label_update_flow(files=[str(path.resolve())], recalibrate_now=not event_only)
     for u in out["updates"]:
         print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "
               f"{u['n_appended']} labels appended, data version {u['data_version_id']}")
         for name, ls in u["new_heads"].items():
             print(f"  {name}: new label set version {ls}")
-        if u["status"] == "rejected":
-            with _engine().connect() as conn:
+        with _engine().connect() as conn:
+            answered = answers_of_update(conn, u["update_id"])
+            if answered:
+                print(f"  review queue: {len(answered)} claims answered, their entries closed")
+            if u["status"] == "rejected":
                 for r in failed_results(conn, u["validation_run_ids"]):
                     where = ", ".join(f"line {x['line']}" if x.get("line") else f"claim {x['claim_id']}"
                                       for x in r.unexpected_rows[:10])
@@ -89,6 +101,39 @@ def cmd_labels(args: argparse.Namespace) -> int:
             print(f"  run {r['run_id']}: {r['mode']}, {r['n_recomputed']} claims recomputed, "
                   f"{r['n_copied']} copied")
     return 0 if all(u["status"] == "applied" for u in out["updates"]) else 1
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    """``review export``: the top of the open review queue as Label Studio tasks or CSV.
+
+    ``review import FILE``: a Label Studio export or a filled-in CSV, through ``labels add``.
+    """
+    from checkworthy.runs.review_queue import answers_as_label_file, export_rows, write_export
+
+    if args.review_command == "import":
+        with tempfile.TemporaryDirectory() as tmp:
+            labels = Path(tmp) / f"review-{Path(args.file).stem}.csv"
+            n = answers_as_label_file(Path(args.file), labels)
+            print(f"{args.file}: {n} answers")
+            return _add_label_file(labels, args.event_only)
+    suffix = ".json" if args.format == "label-studio" else ".csv"
+    problem = output_file("--out", args.out, [])
+    if problem is None and Path(args.out).suffix.lower() != suffix:
+        problem = f"--out {args.out}: --format {args.format} writes a {suffix} file"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    with _engine().connect() as conn:
+        try:
+            rows = export_rows(conn, args.limit, args.target)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    write_export(rows, Path(args.out), args.format)
+    print(f"{len(rows)} claims to review, most uncertain first -> {args.out} ({args.format})")
+    if args.format == "label-studio":
+        print("Label Studio: import it into a project with the labelling configuration of docs/review.md")
+    return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -431,6 +476,22 @@ def build_parser() -> argparse.ArgumentParser:
     lv = lab_sub.add_parser("versions", help="the versions of each label-set lineage")
     lv.add_argument("lineage", nargs="?")
     lv.set_defaults(func=cmd_labels)
+
+    rv = sub.add_parser("review", help="the review queue: export the claims a person should decide, "
+                                       "import their answers")
+    rv_sub = rv.add_subparsers(dest="review_command", required=True)
+    rx = rv_sub.add_parser("export", help="the top of the open queue as Label Studio tasks or a CSV to fill")
+    rx.add_argument("--format", choices=("csv", "label-studio"), default="label-studio")
+    rx.add_argument("--limit", type=positive_int, default=100, help="how many claims (default 100)")
+    rx.add_argument("--target", help="only claims of this calibration target (e.g. clef2024:incoming)")
+    rx.add_argument("--out", required=True, help="the file to write (.json for label-studio, .csv for csv)")
+    rx.set_defaults(func=cmd_review)
+    ri = rv_sub.add_parser("import", help="a Label Studio export (.json) or a filled-in CSV (.csv): "
+                                          "labels added as by 'labels add', queue entries closed")
+    ri.add_argument("file")
+    ri.add_argument("--event-only", action="store_true",
+                    help="only emit checkworthy.labels.updated (a served deployment recalibrates)")
+    ri.set_defaults(func=cmd_review)
 
     c = sub.add_parser("calibrate", help="calibrate your own scores with NN-PPI")
     c.add_argument("--labeled", required=True, help="CSV with id,text,score,label")

@@ -28,13 +28,18 @@ check-worthy claims among the dismissed than in L), ``error`` may not. Pure: arr
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import binom
 
 RISKS = ("error", "miss")
+#: what each risk bounds, in words
+RISK_WORDS = {"error": "wrong decisions among the automatic ones",
+              "miss": "check-worthy claims among the automatic dismissals"}
 #: margins tried, widest first: |theta - threshold| from 0.5 down to 0 in steps of 0.01
 GRID = tuple(round(0.5 - 0.01 * i, 2) for i in range(51))
 
@@ -58,8 +63,31 @@ class ReviewRule:
         """1 where a person should decide the claim, 0 where it is decided automatically."""
         return needs_review(theta, self.threshold, self.risk, self.margin)
 
+    def reason(self, theta: float) -> str:
+        """Whether a person should decide a claim of this theta, and why, in one line."""
+        flagged = bool(self.review([theta])[0])
+        gap = abs(theta - self.threshold)
+        why = ("no margin passed the test on L" if self.margin is None
+               else f"|theta - threshold| = {gap:.4f} {'<' if flagged else '>='} margin {self.margin:.2f}")
+        if self.risk == "miss" and theta >= self.threshold:
+            why = "decided check-worthy: it goes on as such"
+        return (f"{'to a person' if flagged else 'decided automatically'} ({why}; {RISK_WORDS[self.risk]} "
+                f"<= {self.max_risk:g} with probability >= {1 - self.delta:.0%} over L, Learn-then-Test)")
+
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> ReviewRule:
+        """The rule as :meth:`as_dict` wrote it (other keys, such as the automated share, ignored)."""
+        return cls(**{f.name: stored[f.name] for f in fields(cls)})
+
+
+def review_priority(theta: ArrayLike, threshold: float) -> NDArray[np.float64]:
+    """How much a person's label would help: 1 at the threshold, falling linearly to 0 at the
+    farthest possible theta (0 or 1), so the least certain decisions are reviewed first."""
+    t = np.clip(np.asarray(theta, dtype=float), 0.0, 1.0)
+    return 1.0 - np.abs(t - threshold) / max(threshold, 1.0 - threshold)
 
 
 def needs_review(theta: ArrayLike, threshold: float, risk: str, margin: float | None) -> NDArray[np.int_]:

@@ -5,15 +5,8 @@ Behind ``checkworthy explain``; the decisions come from :func:`checkworthy.store
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from checkworthy.method.selective import needs_review
+from checkworthy.method.selective import ReviewRule
 from checkworthy.store.audit import Decision
-
-#: what each decide-or-review risk bounds, in words
-RISK_WORDS = {"error": "wrong decisions among the automatic ones",
-              "miss": "check-worthy claims among the automatic dismissals"}
 
 
 def _f(value: float | None, digits: int = 4) -> str:
@@ -23,18 +16,6 @@ def _f(value: float | None, digits: int = 4) -> str:
 def _short(value: str, width: int = 70) -> str:
     value = " ".join(value.split())
     return value if len(value) <= width else value[: width - 1] + "…"
-
-
-def review_line(theta: float, rule: Mapping[str, Any]) -> str:
-    """Whether a person should decide the claim, and why: the run's rule chosen on L."""
-    flagged = bool(needs_review([theta], rule["threshold"], rule["risk"], rule["margin"])[0])
-    gap = abs(theta - rule["threshold"])
-    why = ("no margin passed the test on L" if rule["margin"] is None
-           else f"|theta - threshold| = {gap:.4f} {'<' if flagged else '>='} margin {rule['margin']:.2f}")
-    if rule["risk"] == "miss" and theta >= rule["threshold"]:
-        why = "decided check-worthy: it goes on as such"
-    return (f"{'to a person' if flagged else 'decided automatically'} ({why}; {RISK_WORDS[rule['risk']]} "
-            f"<= {rule['max_risk']:g} with probability >= {1 - rule['delta']:.0%} over L, Learn-then-Test)")
 
 
 def format_decision(d: Decision) -> str:
@@ -69,7 +50,7 @@ def format_decision(d: Decision) -> str:
         f"{r['data_version_id'] or '-'} ({r['data_dvc_hash'] or '-'})",
     ]
     if d.review:
-        lines.append(f"  review:     {review_line(r['theta'], d.review)}")
+        lines.append(f"  review:     {ReviewRule.from_dict(d.review).reason(r['theta'])}")
     if r["current_label"] is not None:
         lines.append(f"  gold label: {r['current_label']} (label id {r['current_label_id']})")
     return "\n".join(lines)

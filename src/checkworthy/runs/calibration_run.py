@@ -32,6 +32,7 @@ from checkworthy.method.predictor_choice import (
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.method.selective import RISKS, fit_review
+from checkworthy.runs.review_queue import queue_run
 from checkworthy.store.calibration_runs import (
     complete_run,
     fail_run,
@@ -350,4 +351,6 @@ def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
     if len(gold) == len(ids) and len(ids):
         y = np.array([gold[int(i)] for i in ids])
         store_metrics(conn, run_id, metric_rows(y, res))
+    if "review" in counts:
+        queue_run(conn, run_id, counts["review"])
     complete_run(conn, run_id, counts)

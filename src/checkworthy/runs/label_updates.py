@@ -1,8 +1,9 @@
 """Label updates from the data team, and newly arrived claims.
 
 - A label file (:mod:`checkworthy.data.label_files`) corrects claims already in a lineage's
-  head or adds claims of the head's dataset to it; a label for a claim the lineage *calibrates*
-  (a target) is stored as gold only, never added to the calibration set.
+  head or adds claims of the head's dataset to it; a label for a claim of a held-out target the
+  lineage calibrates is stored as gold only, never added to the calibration set. A newly arrived
+  claim (target ``<dataset>:incoming``) is no held-out claim: its label joins the set.
 - Before anything is written, the candidate set each touched lineage would become goes through
   the Great Expectations suite (:mod:`checkworthy.data.validation`). A failing suite rejects the
   whole update: the file and the failed expectations are recorded, no label is appended, the
@@ -30,8 +31,8 @@ from checkworthy.data.label_files import LabelRow, label_files_in, read_claims_c
 from checkworthy.errors import DataError
 from checkworthy.store import label_updates as history
 from checkworthy.store import lineages as lineage_store
+from checkworthy.store import review_queue, validations
 from checkworthy.store import rows as store
-from checkworthy.store import validations
 
 
 @dataclass
@@ -96,7 +97,8 @@ def plan_update(
         base = validations.label_set_rows(conn, head_id)
         in_head = {(r["dataset"], r["source_id"]) for r in base}
         datasets = {r["dataset"] for r in base}
-        targets = {i for ids in lineage_store.target_claim_ids(conn, name).values() for i in ids}
+        targets = {i for t, ids in lineage_store.target_claim_ids(conn, name).items()
+                   if not t.endswith(lineage_store.INCOMING) for i in ids}
         mine = [r for r in rows
                 if (r.dataset, r.id) in in_head
                 or (r.dataset in datasets and resolved[(r.dataset, r.id)]["claim_id"] not in targets)]
@@ -173,6 +175,9 @@ def apply_label_file(
             appended = _append(conn, rows, resolved, source, update_id)
             if appended != n_new:
                 raise RuntimeError(f"appended {appended} labels, expected {n_new}")
+            # a person's label closes the claim's review-queue entries, in the same transaction
+            review_queue.close_answered(conn, update_id, {
+                resolved[(r.dataset, r.id)]["claim_id"]: int(r.label) for r in rows})
             for c in candidates:
                 ids = [r["claim_id"] if r["claim_id"] is not None
                        else resolved[(r["dataset"], r["source_id"])]["claim_id"] for r in c.rows]
@@ -254,7 +259,7 @@ def ingest_claims(
         ids = store.upsert_claims(conn, rows)
         for dataset in sorted({r.dataset for r in rows}):
             mine = [i for i, r in zip(ids, rows) if r.dataset == dataset]
-            target = f"{dataset}:incoming"
+            target = f"{dataset}{lineage_store.INCOMING}"
             for lineage in lineage_store.lineages_for_dataset(conn, dataset, lineages):
                 lineage_store.register_target(conn, target, lineage, mine)
             out[target] = mine

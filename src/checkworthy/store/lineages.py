@@ -16,6 +16,9 @@ from sqlalchemy.exc import OperationalError
 
 from checkworthy.errors import StoreBusy
 
+#: the target of a dataset's newly arrived claims (``<dataset>:incoming``): production claims, not a
+#: held-out split, so a person's label for one joins the lineage (the review queue's loop)
+INCOMING = ":incoming"
 LABELS_LOCK = 7_2024_0003  # one label update at a time (DVC and the version log)
 #: how long a label update waits for that lock (another update takes seconds); env overrides
 LOCK_WAIT = os.environ.get("CHECKWORTHY_LOCK_TIMEOUT", "60s")

@@ -1,0 +1,72 @@
+"""The review queue in the store (migration 0008): entries appended by runs, answers appended with
+labels, and the open queue (``review_open``) read back for export.
+
+A person's answer closes every entry of its claim; answers are written in the transaction that
+appends the label, so a label and the closing of its entries are one fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+#: the open queue's columns, in export order
+OPEN_COLUMNS = ("entry_id", "run_id", "target", "claim_id", "dataset", "source_id", "text", "theta",
+                "priority", "reason")
+
+
+def insert_entries(conn: Connection, run_id: int, claim_ids: Sequence[int], theta: Sequence[float],
+                   priority: Sequence[float], reasons: Sequence[str]) -> int:
+    """Append a running run's entries; return how many."""
+    rows = [{"r": run_id, "c": int(c), "t": float(t), "p": float(p), "why": why}
+            for c, t, p, why in zip(claim_ids, theta, priority, reasons)]
+    if rows:
+        conn.execute(text("""INSERT INTO review_queue (run_id, claim_id, theta, priority, reason)
+                             VALUES (:r, :c, :t, :p, :why)"""), rows)
+    return len(rows)
+
+
+def entries_of_run(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
+    """A run's entries, most uncertain first."""
+    return list(conn.execute(text(
+        """SELECT claim_id, theta, priority, reason FROM review_queue WHERE run_id = :r
+           ORDER BY priority DESC, claim_id"""), {"r": run_id}).mappings())
+
+
+def open_entries(conn: Connection, limit: int | None = None, target: str | None = None
+                 ) -> list[Mapping[str, Any]]:
+    """The top of the open queue (one row per unanswered claim of the runs in force), most
+    uncertain first; ``target`` keeps one calibration target's claims."""
+    return list(conn.execute(text(
+        f"""SELECT {', '.join(OPEN_COLUMNS)} FROM review_open
+            WHERE CAST(:t AS text) IS NULL OR target = :t
+            ORDER BY priority DESC, claim_id LIMIT :n"""), {"t": target, "n": limit}).mappings())
+
+
+def targets_with_entries(conn: Connection) -> list[str]:
+    """The targets that have ever had a claim queued (to name them when ``target`` matches none)."""
+    return list(conn.execute(text(
+        """SELECT DISTINCT r.target FROM review_queue q JOIN calibration_runs r ON r.id = q.run_id
+           ORDER BY 1""")).scalars())
+
+
+def close_answered(conn: Connection, update_id: int, labels: Mapping[int, int]) -> int:
+    """Record the answers of a label update for the claims among ``labels`` (claim id -> label) that
+    were ever queued and are not answered by this update already; return how many."""
+    return conn.execute(text(
+        """INSERT INTO review_answers (claim_id, label, update_id)
+           SELECT a.claim_id, a.label, :u
+           FROM unnest(CAST(:c AS bigint[]), CAST(:l AS smallint[])) AS a(claim_id, label)
+           WHERE EXISTS (SELECT 1 FROM review_queue q WHERE q.claim_id = a.claim_id)
+           ON CONFLICT (claim_id, update_id) DO NOTHING"""),
+        {"u": update_id, "c": [int(c) for c in labels], "l": [int(v) for v in labels.values()]},
+    ).rowcount
+
+
+def answers_of_update(conn: Connection, update_id: int) -> list[Mapping[str, Any]]:
+    """The answers a label update recorded."""
+    return list(conn.execute(text(
+        "SELECT claim_id, label FROM review_answers WHERE update_id = :u ORDER BY claim_id"),
+        {"u": update_id}).mappings())
