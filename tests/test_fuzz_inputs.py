@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import random
 import subprocess
 import sys
@@ -303,7 +304,11 @@ GOOD_FILES = {
     "LAB": b"id,dataset,label\n101,clef2024,1\n",
     "PL": csv_bytes(*PL_ROWS, header="id,text,label"),
     "PU": csv_bytes("u1,Prices went up 12 percent in March.", "u2,Good evening everyone.", header="id,text"),
+    "REV": b"id,dataset,label\n101,clef2024,1\n",
+    "RJ": b"[]",
 }
+#: files written with another suffix than .csv
+SUFFIX = {"RJ": ".json"}
 PREDICT = ["predict", "--labeled", "{PL}", "--unlabeled", "{PU}", "--k", "2", "--out", "{OUT}"]
 #: predict's files: L is id,text,label and U id,text[,label]; no score column
 PREDICT_FILE_CASES: dict[str, tuple[dict[str, bytes], str]] = {
@@ -323,6 +328,35 @@ PREDICT_FILE_CASES: dict[str, tuple[dict[str, bytes], str]] = {
 CALIBRATE = ["calibrate", "--labeled", "{L}", "--unlabeled", "{U}", "--k", "2", "--out", "{OUT}"]
 SCORE = ["score", "--params", "", "--model", "file:{SC}", "--input", "{IN}", "--out", "{OUT}"]
 LABELS_ADD = ["labels", "add", "{LAB}"]
+REVIEW_IMPORT = ["review", "import", "{REV}"]
+REVIEW_EXPORT = ["review", "export", "--out", "{tmp}/tasks.json"]
+
+
+def ls_export(sid: str, *choices: str) -> bytes:
+    """A Label Studio export (full JSON format) of one task answering ``choices`` for claim ``sid``."""
+    result = [{"from_name": "checkworthy", "to_name": "text", "type": "choices", "value": {"choices": list(choices)}}]
+    return json.dumps([{"id": 1, "data": {"source_id": sid, "dataset": "clef2024", "text": "x"},
+                        "annotations": [{"was_cancelled": False, "result": result}]}]).encode()
+
+
+#: review import's Label Studio exports (written as RJ.json)
+REVIEW_JSON_CASES: dict[str, tuple[bytes, str]] = {
+    "not JSON": (b'[{"data": ', "{RJ}"),
+    "not a list of tasks": (b'{"tasks": []}', "{RJ}"),
+    "a task that is a string": (b'["task"]', "row 1"),
+    "no answered task": (b'[{"data": {"source_id": "101", "dataset": "clef2024"}, "annotations": []}]', "{RJ}"),
+    "unknown choice": (ls_export("101", "Maybe"), "Maybe"),
+    "two choices": (ls_export("101", "Yes", "No"), "one choice"),
+    "annotators disagree": (
+        (b'[{"data": {"source_id": "101", "dataset": "clef2024"}, "annotations": ['
+         b'{"result": [{"from_name": "checkworthy", "type": "choices", "value": {"choices": ["Yes"]}}]},'
+         b'{"result": [{"from_name": "checkworthy", "type": "choices", "value": {"choices": ["No"]}}]}]}]'),
+        "annotators disagree"),
+    "task without its claim": (ls_export("", "Yes"), "data.source_id"),
+    "claim answered twice": (b'[{"source_id": "101", "dataset": "clef2024", "checkworthy": "Yes"}, '
+                             b'{"source_id": "101", "dataset": "clef2024", "checkworthy": "No"}]', "twice"),
+    "unknown claim": (ls_export("no-such-id", "Yes"), "no-such-id"),
+}
 
 
 @dataclass(frozen=True)
@@ -400,6 +434,28 @@ def _command_cases() -> dict[str, Case]:
         cases[f"labels add: {name}"] = Case(LABELS_ADD, {"LAB": data}, "{LAB}")
     for name, (data, named) in STORE_LABEL_CASES.items():
         cases[f"labels add: {name}"] = Case(LABELS_ADD, {"LAB": data}, named)
+    for name, (data, *_rest) in LABEL_CASES.items():
+        if name != "extra column":  # review CSVs may carry any other columns (text, theta, reason)
+            cases[f"review import: {name}"] = Case(REVIEW_IMPORT, {"REV": data}, "{REV}")
+    cases["review import: label 2"] = Case(REVIEW_IMPORT, {"REV": b"id,dataset,label\n101,clef2024,2\n"}, "label")
+    for name, (data, named) in REVIEW_JSON_CASES.items():
+        cases[f"review import: {name}"] = Case(["review", "import", "{RJ}"], {"RJ": data}, named)
+    for name, (args, named) in {
+        "neither .json nor .csv": (["review", "import", "{tmp}/answers.txt"], "answers.txt"),
+        "no such file": (["review", "import", "{tmp}/none.json"], "none.json"),
+        "a directory": (["review", "import", "{tmp}"], "{tmp}"),
+    }.items():
+        cases[f"review import: {name}"] = Case(args, named=named)
+    for name, (extra, named) in {
+        "limit 0": (["--limit", "0"], "--limit"), "limit text": (["--limit", "ten"], "--limit"),
+        "unknown format": (["--format", "xml"], "--format"), "unknown order": (["--order", "best"], "--order"),
+        "csv into .json": (["--format", "csv"], "--out"),
+        "out is a directory": (["--out", "{tmp}"], "--out"),
+        "out in a missing directory": (["--out", "{tmp}/no/tasks.json"], "--out"),
+        "unknown target": (["--target", "no-such:target"], "no-such:target"),
+        "unknown target, random": (["--order", "random", "--target", "no-such:target"], "no-such:target"),
+    }.items():
+        cases[f"review export: {name}"] = Case(_with_option(REVIEW_EXPORT, extra[0], *extra), named=named)
     cases["labels add: no such file"] = Case(["labels", "add", "{tmp}/none.csv"], named="none.csv")
     cases["labels add: a directory"] = Case(["labels", "add", "{tmp}"], named="{tmp}")
     return cases
@@ -417,7 +473,8 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
 def test_the_command_suite_covers_every_command():
     """At least 80 distinct bad inputs and options across the commands that take them."""
     by_command = Counter(name.split(" ")[0].rstrip(":") for name in COMMAND_CASES)
-    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "predict", "score", "labels"}, by_command
+    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "predict", "score", "labels", "review"}, \
+        by_command
 
 
 @pytest.mark.parametrize("case", COMMAND_CASES)
@@ -427,7 +484,7 @@ def test_every_command_refuses_bad_input_before_writing(use_db, tmp_path, capsys
     spec = COMMAND_CASES[case]
     paths = {}
     for key, data in (GOOD_FILES | spec.files).items():
-        paths[key] = tmp_path / f"{key}.csv"
+        paths[key] = tmp_path / f"{key}{SUFFIX.get(key, '.csv')}"
         paths[key].write_bytes(data)
     subs = {k: str(v) for k, v in paths.items()} | {"OUT": str(tmp_path / "OUT.csv"), "tmp": str(tmp_path)}
     argv = [a.format(**subs) for a in spec.argv]

@@ -38,12 +38,14 @@ from checkworthy.report.run_groups import load_runs
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.comparisons import comparison_rows
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.knn import neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.metrics import load_metrics
+from checkworthy.store.review_queue import entries_of_run
 from tests.conftest import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply
@@ -217,6 +219,28 @@ def test_data_beside_the_paper(hand, engine):
                      "210", "-205", "5", "2406", "-2401", "0.375", "0.339", "+0.036"]]
 
 
+def test_decide_or_review(hand, engine):
+    """Five labelled claims can never pass the test (error <= 0.1 at delta 0.1 needs at least 22
+    automated ones), so the rule decides nothing automatically and all 8 claims are queued."""
+    rows = table(hand_md(hand, engine), "Decide or review")
+    assert rows == [[rows[0][0], "5", "`paper`", "error <= 0.1, delta 0.1", "none passed", "0%", "8", "0%", "—",
+                     "—", "8"]]
+
+
+def test_decide_or_review_figures_of_the_world(world, engine):
+    """The world's runs: the realised risk among automatic decisions is within the bound wherever a
+    margin passed, and the table's shares are the rule applied to the stored theta."""
+    w, path = world
+    rows = table(path.read_text(), "Decide or review")
+    assert [r[1] for r in rows] == ["3", "5", "10"]
+    with engine.connect() as conn:
+        for r, run_id in zip(rows, (w.runs[3], w.runs[5], w.runs[10])):
+            rule = load_run(conn, run_id)["params"]["review"]
+            assert r[5] == f"{rule['automated_share']:.0%}"
+            assert r[10] == str(len(entries_of_run(conn, run_id)))
+            assert r[9] in ("yes", "—")
+
+
 def test_failure_modes_counts_and_examples(hand, engine):
     md = hand_md(hand, engine)
     # fixed FP: targets 3, 4; fixed FN: none; persistent: 5 (gold 0), 6 (gold 1); regression: 2 (gold 1)
@@ -335,7 +359,7 @@ def test_report_directory_files(world):
     names = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
     slug = "clef2024-file-gemma3-270m-world-imported"
     assert names == sorted([
-        "report.md", "report.html", "metrics.json", "figures/headline.png",
+        "report.md", "report.html", "metrics.json", "figures/headline.png", "figures/decide-or-review.png",
         f"figures/{slug}--f1_vs_k.png", f"figures/{slug}--f1_vs_L.png",
         f"figures/{slug}--reliability.png", f"figures/{slug}--histograms.png",
         f"figures/{slug}--coverage_vs_width.png", f"plots/coverage_vs_width/{slug}.csv",
@@ -369,7 +393,7 @@ def test_headline_leads_and_the_rest_is_folded(world, engine):
     assert "—" not in rows[0][4:7] + rows[0][8:]  # the recommended row is filled (the paper has no figure)
     assert not re.search(r"\b[0-9a-f]{8,}\b", head)  # settings in words, never a parameters hash
     assert "## Summary" in rest and "## Methods compared" in rest
-    assert md.count("<details>") == 4  # every run, the data, the group, the methods compared
+    assert md.count("<details>") == 5  # every run, the data, decide or review, the group, the methods compared
 
 
 def test_html_renders_with_every_plot_in_chromium(world, tmp_path):
@@ -377,10 +401,10 @@ def test_html_renders_with_every_plot_in_chromium(world, tmp_path):
     _, path = world
     html = (path.parent / "report.html").read_text()
     assert "<img" in html and 'src="figures/' not in html  # self-contained: embedded, not linked
-    assert html.count('src="data:image/png;base64,') == 6
+    assert html.count('src="data:image/png;base64,') == 7
     dom, geo = in_chromium(path.parent / "report.html", tmp_path)
     body = re.search(r"<body[^>]*>", dom)
-    assert body and 'data-plots-total="6"' in body.group(0) and 'data-plots-loaded="6"' in body.group(0)
+    assert body and 'data-plots-total="7"' in body.group(0) and 'data-plots-loaded="7"' in body.group(0)
     assert "Ablation: calibration-set size |L|" in dom
     assert_headline_on_first_screen(geo)
 

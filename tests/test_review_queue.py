@@ -95,6 +95,22 @@ def test_export_writes_label_studio_tasks_and_a_csv_to_fill_in(engine, world, fi
     assert [g["id"] for g in got] == [r["source_id"] for r in rows] and all(g["label"] == "" for g in got)
 
 
+def test_a_random_export_is_a_seeded_uniform_sample_of_the_unlabelled_claims(engine, world, first):
+    target = f"{world.tag}:incoming"
+    with engine.connect() as conn:
+        one = export_rows(conn, 8, target, "random", seed=7)
+        again = export_rows(conn, 8, target, "random", seed=7)
+        other = export_rows(conn, 8, target, "random", seed=8)
+        everything = export_rows(conn, None, target, "random", seed=7)
+        labelled = set(store.current_labels(conn, world.extra_ids))
+        with pytest.raises(ValueError, match="no calibration in force"):
+            export_rows(conn, 8, "no-such:target", "random")
+    assert [r["claim_id"] for r in one] == [r["claim_id"] for r in again] != [r["claim_id"] for r in other]
+    assert {r["claim_id"] for r in everything} == set(world.extra_ids) - labelled  # every unlabelled claim
+    assert [r["claim_id"] for r in everything[:8]] == [r["claim_id"] for r in one]
+    assert all(r["reason"].startswith("drawn at random") and 0 <= r["priority"] <= 1 for r in one)
+
+
 def _annotated(tasks, truth, cancel_last=True):
     """What Label Studio exports after a person answered ``tasks`` (its full JSON export format)."""
     out = []
@@ -117,8 +133,7 @@ def test_answers_close_their_entries_and_the_next_calibration_learns_from_them(e
     write_export(rows, tmp_path / "tasks.json", "label-studio")
     export = tmp_path / "project-1-at-2026-11-25.json"
     export.write_text(json.dumps(_annotated(json.loads((tmp_path / "tasks.json").read_text()), truth)))
-    n = answers_as_label_file(export, tmp_path / "review.csv")
-    assert n == 10
+    assert len(answers_as_label_file(export, tmp_path / "review.csv")) == 10
     answered = {r["claim_id"] for r in rows[:10]}
     out = labels.apply_label_file(engine, tmp_path / "review.csv", BOUNDS)
     assert out.status == "applied" and out.n_appended == 10
@@ -132,6 +147,7 @@ def test_answers_close_their_entries_and_the_next_calibration_learns_from_them(e
         assert still_open and not still_open & answered and rows[10]["claim_id"] in still_open
         head = lineages.lineage_head(conn, w.lineage)
         assert answered <= set(store.label_set_claims(conn, head))  # newly arrived: they join the set
+        assert not answered & {r["claim_id"] for r in export_rows(conn, None, f"{w.tag}:incoming", "random")}
     # the same export again is the same update: nothing new is written
     before = table_counts(engine)
     again = labels.apply_label_file(engine, tmp_path / "review.csv", BOUNDS)
@@ -201,6 +217,8 @@ def test_a_filled_in_csv_is_read_and_empty_labels_are_skipped(tmp_path):
     (["--format", "xml"], "--format: invalid choice"),
     (["--format", "csv"], "writes a .csv file"),
     (["--target", "no-such:target"], "no claim of it was ever queued"),
+    (["--order", "random", "--target", "no-such:target"], "no calibration in force"),
+    (["--order", "sideways"], "--order: invalid choice"),
 ])
 def test_review_export_refuses_bad_options_before_writing(use_db, first, tmp_path, capsys, argv, says):
     out = tmp_path / "tasks.json"
@@ -213,7 +231,7 @@ def test_review_export_and_a_bad_import_through_the_command_line(use_db, world, 
     out = tmp_path / "tasks.json"
     assert main(["review", "export", "--limit", "3", "--target", f"{world.tag}:incoming", "--out", str(out)]) == 0
     assert len(json.loads(out.read_text())) == 3
-    assert "3 claims to review" in capsys.readouterr().out
+    assert "3 claims to label, most uncertain first" in capsys.readouterr().out
     before = table_counts(use_db)
     bad = tmp_path / "answers.txt"
     bad.write_text("x", encoding="utf-8")

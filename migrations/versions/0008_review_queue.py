@@ -6,9 +6,9 @@
   much a label would help) and the reason in words. Entries are never changed.
 - ``review_answers``: a person's answer closes every entry of its claim. It is written in the
   transaction that appends the label (``labels add``, ``review import``), naming the label update.
-- ``review_open``: what is still to be decided: entries of the runs in force (the newest complete
-  run of each calibration, under the newest prompt) whose claim has no answer, one row per claim
-  (its most uncertain entry), most uncertain first.
+- ``calibrations_in_force``: the newest complete run of each calibration, under the newest prompt.
+- ``review_open``: what is still to be decided: entries of the runs in force whose claim has no
+  answer, one row per claim (its most uncertain entry).
 
 Revision ID: 0008
 Revises: 0007
@@ -52,24 +52,27 @@ COMMENT ON TABLE review_answers IS
 CREATE TRIGGER review_queue_running_run AFTER INSERT ON review_queue
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION checkworthy_only_running_runs();
 
+CREATE VIEW calibrations_in_force AS
+SELECT id AS run_id, target FROM (
+    SELECT r.id, r.target,
+           row_number() OVER (
+               PARTITION BY r.target, r.model_id, r.prompt_version, r.params_hash, r.score_kind,
+                            r.embed_model, r.k, r.alpha, r.threshold, r.interval_method,
+                            coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
+           rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind ORDER BY pv.created_at DESC)
+               AS prompt_rank
+    FROM calibration_runs r JOIN prompt_versions pv ON pv.id = r.prompt_version
+    WHERE r.status = 'complete') x
+WHERE n = 1 AND prompt_rank = 1;
+COMMENT ON VIEW calibrations_in_force IS
+    'The newest complete run of each calibration (target, score key, k, alpha, threshold, interval, '
+    'correction) under the newest prompt of its model and score kind.';
+
 CREATE VIEW review_open AS
-WITH in_force AS (
-    SELECT id FROM (
-        SELECT r.id,
-               row_number() OVER (
-                   PARTITION BY r.target, r.model_id, r.prompt_version, r.params_hash, r.score_kind,
-                                r.embed_model, r.k, r.alpha, r.threshold, r.interval_method,
-                                coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
-               rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind
-                            ORDER BY pv.created_at DESC) AS prompt_rank
-        FROM calibration_runs r JOIN prompt_versions pv ON pv.id = r.prompt_version
-        WHERE r.status = 'complete') x
-    WHERE n = 1 AND prompt_rank = 1
-)
 SELECT DISTINCT ON (q.claim_id) q.id AS entry_id, q.run_id, r.target, q.claim_id, c.dataset,
        c.source_id, t.text, q.theta, q.priority, q.reason, q.created_at
 FROM review_queue q
-JOIN in_force f ON f.id = q.run_id
+JOIN calibrations_in_force f ON f.run_id = q.run_id
 JOIN calibration_runs r ON r.id = q.run_id
 JOIN claims c ON c.id = q.claim_id
 JOIN texts t ON t.text_hash = c.text_hash
@@ -91,7 +94,9 @@ CREATE TRIGGER review_answers_no_truncate BEFORE TRUNCATE ON review_answers
 ALTER TABLE review_queue OWNER TO checkworthy_owner;
 ALTER TABLE review_answers OWNER TO checkworthy_owner;
 ALTER VIEW review_open OWNER TO checkworthy_owner;
-GRANT SELECT ON review_queue, review_answers, review_open TO checkworthy_auditor, checkworthy_pipeline;
+ALTER VIEW calibrations_in_force OWNER TO checkworthy_owner;
+GRANT SELECT ON review_queue, review_answers, review_open, calibrations_in_force
+    TO checkworthy_auditor, checkworthy_pipeline;
 GRANT INSERT ON review_queue, review_answers TO checkworthy_pipeline;
 GRANT USAGE, SELECT ON SEQUENCE review_queue_id_seq, review_answers_id_seq TO checkworthy_pipeline;
 """
@@ -103,4 +108,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW review_open; DROP TABLE review_answers; DROP TABLE review_queue;")
+    op.execute("DROP VIEW review_open; DROP VIEW calibrations_in_force; DROP TABLE review_answers; "
+               "DROP TABLE review_queue;")

@@ -113,9 +113,15 @@ def cmd_review(args: argparse.Namespace) -> int:
     if args.review_command == "import":
         with tempfile.TemporaryDirectory() as tmp:
             labels = Path(tmp) / f"review-{Path(args.file).stem}.csv"
-            n = answers_as_label_file(Path(args.file), labels)
-            print(f"{args.file}: {n} answers")
-            return _add_label_file(labels, args.event_only)
+            answers = answers_as_label_file(Path(args.file), labels)
+            print(f"{args.file}: {len(answers)} answers")
+            try:
+                return _add_label_file(labels, args.event_only)
+            except DataError as exc:  # name the person's file and task, not the label file made from it
+                if exc.file != str(labels):
+                    raise
+                row = answers[exc.row - 2].row if exc.row and 2 <= exc.row < len(answers) + 2 else None
+                raise DataError(args.file, row, None, exc.problem) from None
     suffix = ".json" if args.format == "label-studio" else ".csv"
     problem = output_file("--out", args.out, [])
     if problem is None and Path(args.out).suffix.lower() != suffix:
@@ -125,12 +131,14 @@ def cmd_review(args: argparse.Namespace) -> int:
         return 2
     with _engine().connect() as conn:
         try:
-            rows = export_rows(conn, args.limit, args.target)
+            rows = export_rows(conn, args.limit, args.target, args.order,
+                               load_params(PARAMS_FILE)["seed"] if args.seed is None else args.seed)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     write_export(rows, Path(args.out), args.format)
-    print(f"{len(rows)} claims to review, most uncertain first -> {args.out} ({args.format})")
+    what = "most uncertain first" if args.order == "uncertain" else "drawn at random"
+    print(f"{len(rows)} claims to label, {what} -> {args.out} ({args.format})")
     if args.format == "label-studio":
         print("Label Studio: import it into a project with the labelling configuration of docs/review.md")
     return 0
@@ -483,6 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
     rx = rv_sub.add_parser("export", help="the top of the open queue as Label Studio tasks or a CSV to fill")
     rx.add_argument("--format", choices=("csv", "label-studio"), default="label-studio")
     rx.add_argument("--limit", type=positive_int, default=100, help="how many claims (default 100)")
+    rx.add_argument("--order", choices=("uncertain", "random"), default="uncertain",
+                    help="uncertain: the open queue, most uncertain first (what a person must decide); "
+                         "random: a uniform sample of the unlabelled claims (labels to calibrate with)")
+    rx.add_argument("--seed", type=int, help="the random order's seed (default: params.yaml seed)")
     rx.add_argument("--target", help="only claims of this calibration target (e.g. clef2024:incoming)")
     rx.add_argument("--out", required=True, help="the file to write (.json for label-studio, .csv for csv)")
     rx.set_defaults(func=cmd_review)

@@ -103,7 +103,7 @@ def needs_review(theta: ArrayLike, threshold: float, risk: str, margin: float | 
     return (~auto).astype(np.int_)
 
 
-def _losses(theta: np.ndarray, y: np.ndarray, threshold: float, risk: str, margin: float
+def _losses(theta: np.ndarray, y: np.ndarray, threshold: float, risk: str, margin: float | None
             ) -> tuple[int, int]:
     """(claims the margin puts at risk, losses among them) on L."""
     auto = needs_review(theta, threshold, risk, margin) == 0
@@ -111,6 +111,17 @@ def _losses(theta: np.ndarray, y: np.ndarray, threshold: float, risk: str, margi
         return int(auto.sum()), int((auto & ((theta >= threshold).astype(int) != y)).sum())
     dismissed = auto & (theta < threshold)
     return int(dismissed.sum()), int((dismissed & (y == 1)).sum())
+
+
+def realised(theta: ArrayLike, y: ArrayLike, threshold: float, risk: str, margin: float | None
+             ) -> tuple[float, float | None]:
+    """A rule on labelled claims: the share it decides automatically, and the risk realised among
+    the claims the risk concerns (all automatic decisions, or the automatic dismissals; None when
+    there are none)."""
+    t, labels = np.asarray(theta, dtype=float), np.asarray(y, dtype=int)
+    share = float(np.mean(needs_review(t, threshold, risk, margin) == 0)) if len(t) else 0.0
+    n, lost = _losses(t, labels, threshold, risk, margin)
+    return share, (lost / n if n else None)
 
 
 def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk: str = "error",

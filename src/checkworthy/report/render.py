@@ -22,6 +22,7 @@ from sqlalchemy import Connection
 
 from checkworthy.report import paper_figures
 from checkworthy.report.ablations import k_sweep_section, size_section, temperature_section
+from checkworthy.report.decide_or_review import decide_or_review
 from checkworthy.report.diagnostics import failure_section, reliability_section
 from checkworthy.report.document import Contents, Document, Fold, Heading, code, esc, to_html, to_markdown
 from checkworthy.report.evaluation import load_analyses
@@ -86,6 +87,8 @@ def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy re
     doc.add(_folded(f"Every run: weighted F1 beside the paper ({len(runs)} runs)",
                     lambda d: summary(d, groups, metrics)))
     doc.add(_folded("Data beside the paper's splits", lambda d: data_beside_paper(d, groups, metrics)))
+    doc.add(_folded("Decide or review: automated share against the bound, per dataset and method",
+                    lambda d: decide_or_review(conn, d, groups, figures)))
     for g in groups:
         doc.add(_folded(f"{esc(g.title)}: tables, ablations and diagnostics of its runs",
                         lambda d, g=g: _group_section(built, d, g, metrics, analyses, params)))

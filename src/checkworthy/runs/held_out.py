@@ -38,7 +38,7 @@ from checkworthy.data.datasets import (
 )
 from checkworthy.method import metrics
 from checkworthy.method.sampling import balanced_sample
-from checkworthy.method.selective import needs_review
+from checkworthy.method.selective import realised
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
 from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
 from checkworthy.scorers.registry import configured_scorer
@@ -157,11 +157,9 @@ def review_figures(rule: Mapping[str, Any] | None, y: np.ndarray, theta: np.ndar
     automatic dismissals), beside the bound."""
     if not rule:
         return {}
-    auto = needs_review(theta, rule["threshold"], rule["risk"], rule["margin"]) == 0
-    at_risk = auto if rule["risk"] == "error" else auto & (theta < rule["threshold"])
-    lost = ((theta >= rule["threshold"]).astype(int) != y) if rule["risk"] == "error" else y == 1
-    return {"automated_share": float(auto.mean()), "max_risk": float(rule["max_risk"]),
-            "realised_risk": float(lost[at_risk].mean()) if at_risk.any() else 0.0}
+    share, risk = realised(theta, y, rule["threshold"], rule["risk"], rule["margin"])
+    return {"automated_share": share, "max_risk": float(rule["max_risk"]),
+            "realised_risk": 0.0 if risk is None else risk}
 
 
 def prevalence_figures(stored: Mapping[str, Any] | None, true_share: float) -> dict[str, float]:

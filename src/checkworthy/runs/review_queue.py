@@ -38,8 +38,22 @@ def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any]) -> int:
                                 [rule.reason(float(t)) for t in theta])
 
 
-def export_rows(conn: Connection, limit: int | None, target: str | None) -> list[Mapping[str, Any]]:
-    """The top of the open queue; a ``target`` that never had a queued claim is refused."""
+def export_rows(conn: Connection, limit: int | None, target: str | None, order: str = "uncertain",
+                seed: int = 0) -> list[Mapping[str, Any]]:
+    """What to label next. ``uncertain``: the top of the open queue, the decisions a person must
+    take, most uncertain first. ``random``: a uniform, seeded sample of the unlabelled claims the
+    calibrations decide; labels exchangeable with the stream, the ones that let the calibration
+    and its decide-or-review rule improve (``bench/bench_review_queue.py``). An unknown
+    ``target`` is refused."""
+    if order == "random":
+        known = queue.calibrated_targets(conn)
+        if target is not None and target not in known:
+            raise ValueError(f"--target {target!r}: no calibration in force "
+                             f"(targets: {', '.join(known) or 'none'})")
+        return [dict(r) | {"priority": float(review_priority([r["theta"]], r["threshold"])[0]),
+                           "reason": f"drawn at random from the unlabelled claims of {r['target']} "
+                                     f"(seed {seed}): a label exchangeable with the stream, for calibration"}
+                for r in queue.unlabelled_sample(conn, limit, target, seed)]
     if target is not None and target not in queue.targets_with_entries(conn):
         known = ", ".join(queue.targets_with_entries(conn)) or "none yet"
         raise ValueError(f"--target {target!r}: no claim of it was ever queued (targets: {known})")
@@ -63,13 +77,13 @@ def write_export(rows: Sequence[Mapping[str, Any]], out: Path, fmt: str) -> None
     tmp.replace(out)
 
 
-def answers_as_label_file(path: Path, out: Path) -> int:
+def answers_as_label_file(path: Path, out: Path) -> list[label_studio.Answer]:
     """Write the answers in ``path`` (a Label Studio JSON export, or a CSV with ``id,dataset,label``)
-    as a label file at ``out``; return how many rows. Bad answers raise
-    :class:`~checkworthy.errors.DataError` naming the file, task or line, and field."""
-    rows = label_studio.read_answers(path)
+    as a label file at ``out`` (line ``i + 2`` holds answer ``i``); return the answers. Bad answers
+    raise :class:`~checkworthy.errors.DataError` naming the file, task or line, and field."""
+    answers = label_studio.read_answers(path)
     with out.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow((*REQUIRED, "source"))
-        w.writerows((a.id, a.dataset, a.label, a.source) for a in rows)
-    return len(rows)
+        w.writerows((a.id, a.dataset, a.label, a.source) for a in answers)
+    return answers

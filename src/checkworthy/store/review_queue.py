@@ -45,6 +45,33 @@ def open_entries(conn: Connection, limit: int | None = None, target: str | None 
             ORDER BY priority DESC, claim_id LIMIT :n"""), {"t": target, "n": limit}).mappings())
 
 
+def unlabelled_sample(conn: Connection, limit: int | None, target: str | None, seed: int
+                      ) -> list[Mapping[str, Any]]:
+    """A uniform sample of the claims the calibrations in force decide that have no label and no
+    answer (the stream), with their newest theta and run's threshold; the order is a seeded hash
+    of the claim id, so the same seed gives the same sample."""
+    return list(conn.execute(text(
+        """SELECT * FROM (
+               SELECT DISTINCT ON (cr.claim_id) cr.run_id, f.target, cr.claim_id, c.dataset, c.source_id,
+                      t.text, cr.theta, r.threshold
+               FROM calibrated_results cr
+               JOIN calibrations_in_force f ON f.run_id = cr.run_id
+               JOIN calibration_runs r ON r.id = cr.run_id
+               JOIN claims c ON c.id = cr.claim_id
+               JOIN texts t ON t.text_hash = c.text_hash
+               WHERE (CAST(:t AS text) IS NULL OR f.target = :t)
+                 AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.claim_id = cr.claim_id)
+                 AND NOT EXISTS (SELECT 1 FROM review_answers a WHERE a.claim_id = cr.claim_id)
+               ORDER BY cr.claim_id, cr.run_id DESC) x
+           ORDER BY md5(x.claim_id::text || ':' || CAST(:seed AS text)), x.claim_id LIMIT :n"""),
+        {"t": target, "n": limit, "seed": seed}).mappings())
+
+
+def calibrated_targets(conn: Connection) -> list[str]:
+    """The targets with a calibration in force."""
+    return list(conn.execute(text("SELECT DISTINCT target FROM calibrations_in_force ORDER BY 1")).scalars())
+
+
 def targets_with_entries(conn: Connection) -> list[str]:
     """The targets that have ever had a claim queued (to name them when ``target`` matches none)."""
     return list(conn.execute(text(
@@ -70,3 +97,22 @@ def answers_of_update(conn: Connection, update_id: int) -> list[Mapping[str, Any
     return list(conn.execute(text(
         "SELECT claim_id, label FROM review_answers WHERE update_id = :u ORDER BY claim_id"),
         {"u": update_id}).mappings())
+
+
+def labelled_results(conn: Connection, run_id: int) -> list[Any]:
+    """A run's (claim_id, theta, label) with each claim's label as it stood when the run finished
+    (None if it had none), so that figures derived from them never change afterwards."""
+    return conn.execute(text(
+        """SELECT r.claim_id, r.theta,
+                  (SELECT l.label FROM labels l
+                   WHERE l.claim_id = r.claim_id AND l.created_at <= cr.finished_at
+                   ORDER BY l.id DESC LIMIT 1) AS label
+           FROM calibrated_results r JOIN calibration_runs cr ON cr.id = r.run_id
+           WHERE r.run_id = :r ORDER BY r.claim_id"""), {"r": run_id}).all()
+
+
+def queued_counts(conn: Connection, run_ids: Sequence[int]) -> dict[int, int]:
+    """How many claims each run queued for review."""
+    return dict(conn.execute(text(
+        "SELECT run_id, count(*) FROM review_queue WHERE run_id = ANY(:r) GROUP BY run_id"),
+        {"r": [int(i) for i in run_ids]}).all())

@@ -1,0 +1,63 @@
+"""The report's "Decide or review" section: for every run, the rule chosen on L (which risk, its
+bound, delta, the margin), the share of the run's claims it decides automatically, the risk realised
+among them on the claims labelled when the run finished, and how many claims it queued for a person.
+
+From stored rows only (the labels are read as of each run's end), so a re-render is identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection
+
+from checkworthy.method.selective import realised
+from checkworthy.report import plots
+from checkworthy.report.document import Document, Heading, Image, Para, Table, code, esc
+from checkworthy.report.formatting import fmt
+from checkworthy.report.run_groups import Group
+from checkworthy.store.review_queue import labelled_results, queued_counts
+
+
+def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], figures: dict) -> None:
+    """The table of every run's rule and outcome, and a figure of automated share and realised risk."""
+    doc.add(Heading(2, "Decide or review"))
+    runs = [(g, r) for g in groups for r in g.runs if (r["params"] or {}).get("review")]
+    if not runs:
+        doc.add(Para("No run of this report stored a decide-or-review rule."))
+        return
+    queued = queued_counts(conn, [r["id"] for _, r in runs])
+    rows, cats, values, marks = [], [], [], []
+    for g, r in runs:
+        rule = r["params"]["review"]
+        res = [x for x in labelled_results(conn, r["id"]) if x.label is not None]
+        share_all = rule.get("automated_share")
+        share, risk = realised([x.theta for x in res], [x.label for x in res], rule["threshold"],
+                               rule["risk"], rule["margin"])
+        within = "—" if risk is None else ("yes" if risk <= rule["max_risk"] else "**no**")
+        rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", "paper")),
+                     f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}",
+                     fmt(rule["margin"]) if rule["margin"] is not None else "none passed",
+                     f"{share_all:.0%}" if share_all is not None else "—", f"{len(res)}",
+                     f"{share:.0%}" if res else "—", fmt(risk), within, str(queued.get(r["id"], 0))])
+        if res:
+            cats.append(f"{g.title}, k={r['k']}")
+            values.append([share, risk])
+            marks.append((len(cats) - 1, 1, float(rule["max_risk"])))
+    doc.add(Para("Each run chooses on L, by Learn-then-Test, how far theta must be from the threshold for "
+                 "a decision to be taken without a person, so that the risk stays at or below its bound "
+                 "with probability 1 - delta (docs/method.md, \"Decide or review\"). The claims it "
+                 "sends to a person are queued (`review_queue`) for export to Label Studio "
+                 "(docs/review.md, with the label benchmark `bench/bench_review_queue.py` and its "
+                 "figure). Reliability diagrams of theta are in each run group's section below."))
+    doc.add(Table(["runs", "k", "correction", "bound", "margin", "automated (all claims)", "labelled claims",
+                   "automated (labelled)", "realised risk", "within the bound", "queued"], rows,
+                  caption="Realised risk: wrong decisions among the automatic ones (error), or check-worthy "
+                          "claims among the automatic dismissals (miss), on the run's claims labelled when "
+                          "it finished."))
+    if cats:
+        path = "figures/decide-or-review.png"
+        figures[path] = lambda: plots.grouped_bars(
+            "Share decided automatically and realised risk among those decisions (diamond: the bound)",
+            cats, ["automated share", "realised risk"], values, "share", marks)
+        doc.add(Image(path, "Automated share and realised risk per run, against the bound"))
