@@ -13,7 +13,9 @@ and buys 100 per round, up to 2,000 or the whole pool:
   exactly as a calibration run ranks ``review_queue``;
 - ``random``: 100 drawn uniformly.
 
-After each round, on the test split: weighted and positive-class F1 of NN-PPI (k = 10) and of the
+First, with the full calibration set, the decide-or-review rule on the test split for every k in
+{3, 5, 10}, both risks and R in {0.1, 0.05}: automated share and realised risk. Then, after each
+round, on the test split: weighted and positive-class F1 of NN-PPI (k = 10) and of the
 CV choice (``select_by_cv``, ks 3/5/10), and the share decided automatically at ``error`` <= 0.1
 (delta 0.1, Learn-then-Test on the labels' leave-one-out NN-PPI theta) with its realised error.
 Means over ``--seeds`` starts. kNN is exact cosine in numpy here (the store's pgvector kNN gives
@@ -46,7 +48,7 @@ from checkworthy.data.datasets import CLAIMBUSTER, CLEF, build_splits, load_data
 from checkworthy.method.corrections import LabelledSet, Neighbourhood, correction_paper, select_by_cv
 from checkworthy.method.metrics import per_class, weighted_f1
 from checkworthy.method.nnppi import decide
-from checkworthy.method.selective import fit_review, review_priority
+from checkworthy.method.selective import RISKS, fit_review, realised, review_priority
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.scorers.sentence_encoder import embed
 
@@ -120,6 +122,24 @@ def measure(s: Setting, lab: NDArray[np.int_]) -> dict[str, float]:
            "error_automated": float((pred[auto] != s.y_test[auto]).mean()) if auto.any() else 0.0}
     pred_cv = select_by_cv(cal, ks=KS).best.predict(nb)
     return out | {"wf1_cv": weighted_f1(s.y_test, pred_cv), "f1c1_cv": per_class(s.y_test, pred_cv)[1]["f1"]}
+
+
+def risk_table(s: Setting) -> list[dict[str, float]]:
+    """With the full calibration set: for every k in {3, 5, 10}, both risks and R in {0.1, 0.05}
+    (delta 0.1), the share of test claims decided automatically and the risk realised among them."""
+    lab = np.arange(len(s.y_pool))
+    cal = labelled_set(s, lab)
+    nb = around(s, cal, lab, s.c_test, s.v_test)
+    out = []
+    for k in KS:
+        theta, theta_l = correction_paper(nb.with_k(k)), correction_paper(Neighbourhood.loo(cal, k))
+        for risk in RISKS:
+            for bound in (0.1, 0.05):
+                rule = fit_review(theta_l, cal.y, THRESHOLD, risk, bound, 0.1)
+                share, got = realised(theta, s.y_test, THRESHOLD, risk, rule.margin)
+                out.append({"k": k, "risk": risk, "max_risk": bound, "automated": share, "realised": got,
+                             "within": got is None or got <= bound})
+    return out
 
 
 def next_batch(s: Setting, lab: NDArray[np.int_], from_queue: float, rng: np.random.Generator, n: int
@@ -221,9 +241,15 @@ def main() -> None:
     for dataset in (CLAIMBUSTER, CLEF):
         s = load_setting(dataset, params["seed"], args.model, args.score_kind)
         full = measure(s, np.arange(len(s.y_pool)))
+        risks = risk_table(s)
+        print(f"\n{dataset}: decide or review on the test split, full L, NN-PPI theta, delta 0.1")
+        for x in risks:
+            print(f"  k={x['k']:>2} {x['risk']:<5} <= {x['max_risk']:<4}: automated {x['automated']:.0%}, "
+                  f"realised {'-' if x['realised'] is None else format(x['realised'], '.3f')}"
+                  f"{'' if x['within'] else '  ABOVE THE BOUND'}")
         curves = {st: mean_rows([simulate(s, share, seed) for seed in range(args.seeds)])
                   for st, share in STRATEGIES.items()}
-        results[dataset] = summarise(full, curves, len(s.y_pool))
+        results[dataset] = summarise(full, curves, len(s.y_pool)) | {"risks": risks}
         print(f"\n{dataset}: pool {len(s.y_pool)}, test {len(s.y_test)}, {args.model} {args.score_kind}; "
               f"full L: NN-PPI wF1 {full['wf1_nnppi']:.3f} F1c1 {full['f1c1_nnppi']:.3f}, CV choice wF1 "
               f"{full['wf1_cv']:.3f}, automated {full['automated']:.0%} "
@@ -239,6 +265,7 @@ def main() -> None:
     print(json.dumps({"bench": "review_queue", "model": args.model, "score_kind": args.score_kind,
                       "seeds": args.seeds, "wall_s": round(time.monotonic() - t0)} | {
         d: {"full": {k: round(v, 4) for k, v in r["full"].items()}, "strategies": r["strategies"],
+            "risks": r["risks"],
             "curves": {st: {k: [round(x[k], 4) for x in rows] for k in CURVE_KEYS}
                        for st, rows in r["curves"].items()}}
         for d, r in results.items()}))
