@@ -227,6 +227,12 @@ def test_decide_or_review(hand, engine):
                      "—", "8"]]
 
 
+def test_drift(hand, engine):
+    """Five labelled claims are too few for a 95% radius (it needs 19): nothing lies beyond it."""
+    rows = table(hand_md(hand, engine), "Drift")
+    assert [r[3:] for r in rows] == [["5", "—", "0 of 8", "0.0%", "5%", "15%", "1", "no"]]
+
+
 def test_decide_or_review_figures_of_the_world(world, engine):
     """The world's runs: the realised risk among automatic decisions is within the bound wherever a
     margin passed, and the table's shares are the rule applied to the stored theta."""
@@ -360,6 +366,7 @@ def test_report_directory_files(world):
     slug = "clef2024-file-gemma3-270m-world-imported"
     assert names == sorted([
         "report.md", "report.html", "metrics.json", "figures/headline.png", "figures/decide-or-review.png",
+        "figures/drift.png",
         f"figures/{slug}--f1_vs_k.png", f"figures/{slug}--f1_vs_L.png",
         f"figures/{slug}--reliability.png", f"figures/{slug}--histograms.png",
         f"figures/{slug}--coverage_vs_width.png", f"plots/coverage_vs_width/{slug}.csv",
@@ -393,7 +400,7 @@ def test_headline_leads_and_the_rest_is_folded(world, engine):
     assert "—" not in rows[0][4:7] + rows[0][8:]  # the recommended row is filled (the paper has no figure)
     assert not re.search(r"\b[0-9a-f]{8,}\b", head)  # settings in words, never a parameters hash
     assert "## Summary" in rest and "## Methods compared" in rest
-    assert md.count("<details>") == 5  # every run, the data, decide or review, the group, the methods compared
+    assert md.count("<details>") == 6  # every run, the data, decide or review, drift, the group, the methods compared
 
 
 def test_html_renders_with_every_plot_in_chromium(world, tmp_path):
@@ -401,10 +408,10 @@ def test_html_renders_with_every_plot_in_chromium(world, tmp_path):
     _, path = world
     html = (path.parent / "report.html").read_text()
     assert "<img" in html and 'src="figures/' not in html  # self-contained: embedded, not linked
-    assert html.count('src="data:image/png;base64,') == 7
+    assert html.count('src="data:image/png;base64,') == 8
     dom, geo = in_chromium(path.parent / "report.html", tmp_path)
     body = re.search(r"<body[^>]*>", dom)
-    assert body and 'data-plots-total="7"' in body.group(0) and 'data-plots-loaded="7"' in body.group(0)
+    assert body and 'data-plots-total="8"' in body.group(0) and 'data-plots-loaded="8"' in body.group(0)
     assert "Ablation: calibration-set size |L|" in dom
     assert_headline_on_first_screen(geo)
 

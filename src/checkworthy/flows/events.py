@@ -2,12 +2,15 @@
 
 A stored change (:class:`checkworthy.store.provenance.Change`) is emitted as
 ``checkworthy.labels.updated`` or ``checkworthy.guidelines.updated``; deployment triggers turn
-these into validation, rescoring and recalibration (see prefect.yaml).
+these into validation, rescoring and recalibration (see prefect.yaml). A calibration run whose
+claims have drifted from its labelled set emits ``checkworthy.drift.detected`` (an automation can
+notify the team or route the claims to review).
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from prefect.events import emit_event
 from prefect.runtime import flow_run
@@ -16,6 +19,7 @@ from checkworthy.store.provenance import Change
 
 LABELS_UPDATED = "checkworthy.labels.updated"
 GUIDELINES_UPDATED = "checkworthy.guidelines.updated"
+DRIFT_DETECTED = "checkworthy.drift.detected"
 
 
 def current_flow_run_id() -> str | None:
@@ -33,5 +37,17 @@ def emit(change: Change) -> str | None:
                   "checkworthy.change-id": str(change.id)},
         payload=change.payload | {"change_id": change.id},
         id=uuid.UUID(change.event_id),
+    )
+    return None if ev is None else str(ev.id)
+
+
+def emit_drift(run_id: int, target: str, drift: dict[str, Any]) -> str | None:
+    """Emit the drift event of a run (one id per run, so a repeat is the same event); None when
+    Prefect is not emitting events."""
+    ev = emit_event(
+        event=DRIFT_DETECTED,
+        resource={"prefect.resource.id": f"checkworthy.target.{target}", "checkworthy.run-id": str(run_id)},
+        payload={"run_id": run_id, "target": target} | drift,
+        id=uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{run_id}"),
     )
     return None if ev is None else str(ev.id)

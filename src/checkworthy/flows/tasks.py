@@ -32,7 +32,7 @@ from checkworthy.scorers.registry import configured_scorer, model_options, promp
 from checkworthy.store import lineages as lineage_store
 from checkworthy.store import provenance
 from checkworthy.store import rows as store
-from checkworthy.store.calibration_runs import targets_needing_work
+from checkworthy.store.calibration_runs import load_run, targets_needing_work
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.engine import get_engine
 from checkworthy.store.metrics import metrics_summary
@@ -130,6 +130,20 @@ def score_task(spec: str, claim_ids: list[int], params: dict[str, Any], db_url: 
     return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
 
 
+def announce_drift(db_url: str | None, run_ids: list[int]) -> None:
+    """Emit the drift event of each run whose claims drifted from its labelled set, and log it."""
+    with engine_for(db_url).connect() as conn:
+        runs = [load_run(conn, r) for r in run_ids]
+    for r in runs:
+        drift = (r["params"] or {}).get("drift") or {}
+        if drift.get("alert"):
+            get_run_logger().warning(
+                f"run {r['id']} ({r['target']}): {drift['share']:.0%} of its claims lie beyond the labelled "
+                f"set's radius (expected <= {drift['expected']:.0%}, tolerated {drift['tolerance']:.0%}, "
+                f"p = {drift['p_value']:.2g}): drift")
+            events.emit_drift(r["id"], r["target"], drift)
+
+
 @task(name="calibrate", **DB)
 def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
                    alpha: float, threshold: float, interval: str, dv: int | None,
@@ -142,6 +156,8 @@ def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: di
                    k=k, alpha=alpha, threshold=threshold, interval_method=interval, correction=correction)
     out = recalibration.recalibrate(engine_for(db_url), spec, run_context(dv),
                                     validation_run_id=validation_run_id)
+    if out.mode != "reused":
+        announce_drift(db_url, [out.run_id])
     return {"run_id": out.run_id, "mode": out.mode, "target": target, "k": k, "spec": key.get("spec"),
             "score_kind": key["score_kind"], "n_recomputed": out.n_recomputed, "n_copied": out.n_copied}
 
@@ -152,6 +168,7 @@ def recalibrate_lineage_task(name: str, label_set_id: int, validation_run_id: in
     """Recalibrate every calibration in force for a lineage on its new head, incrementally."""
     outs = recalibration.recalibrate_lineage(engine_for(db_url), name, label_set_id, run_context(dv),
                                            validation_run_id=validation_run_id)
+    announce_drift(db_url, [o.run_id for o in outs if o.mode != "reused"])
     return [{"run_id": o.run_id, "mode": o.mode, "parent_run_id": o.parent_run_id,
              "n_recomputed": o.n_recomputed, "n_copied": o.n_copied, "changes": o.changes} for o in outs]
 

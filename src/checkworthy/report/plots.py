@@ -120,6 +120,30 @@ def f1_vs_size(title: str, series: Mapping[int, Sequence[tuple[float, float, flo
         return to_png(fig)
 
 
+def drift_over_time(title: str, series: Mapping[str, Sequence[tuple[int, float, bool]]],
+                    expected: float) -> bytes:
+    """Share of each run's claims beyond the labelled set's radius, run after run (x: run id), one
+    line per target; a filled marker is an alert, the dashed line the share expected without drift."""
+    with _style():
+        fig = Figure(figsize=(6.4, 3.6))
+        ax = fig.subplots()
+        for i, (target, pts) in enumerate(sorted(series.items())):
+            colour = K_COLOURS[i % len(K_COLOURS)]
+            xs, ys, alerts = zip(*pts)
+            ax.plot(xs, ys, lw=1.2, color=colour, marker="o", ms=4, mfc="none", label=target)
+            hit = [(x, y) for x, y, a in pts if a]
+            if hit:
+                ax.plot(*zip(*hit), ls="none", marker="o", ms=6, color=colour)
+        ax.axhline(expected, ls="--", lw=0.8, color="#555555",
+                   label=f"expected without drift ({expected:.0%})")
+        ax.set_xlabel("calibration run")
+        ax.set_ylabel("share beyond the radius")
+        ax.set_title(_title(title), fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return to_png(fig)
+
+
 def reliability(
     title: str, panels: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float, int]]]]],
 ) -> bytes:

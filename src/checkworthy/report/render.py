@@ -25,6 +25,7 @@ from checkworthy.report.ablations import k_sweep_section, size_section, temperat
 from checkworthy.report.decide_or_review import decide_or_review
 from checkworthy.report.diagnostics import failure_section, reliability_section
 from checkworthy.report.document import Contents, Document, Fold, Heading, code, esc, to_html, to_markdown
+from checkworthy.report.drift import drift_section
 from checkworthy.report.evaluation import load_analyses
 from checkworthy.report.formatting import METHODS, missing
 from checkworthy.report.headline import Headline, headline, recommended
@@ -89,6 +90,8 @@ def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy re
     doc.add(_folded("Data beside the paper's splits", lambda d: data_beside_paper(d, groups, metrics)))
     doc.add(_folded("Decide or review: automated share against the bound, per dataset and method",
                     lambda d: decide_or_review(conn, d, groups, figures)))
+    doc.add(_folded("Drift: how far each run's claims lie from its labelled set",
+                    lambda d: drift_section(d, groups, figures)))
     for g in groups:
         doc.add(_folded(f"{esc(g.title)}: tables, ablations and diagnostics of its runs",
                         lambda d, g=g: _group_section(built, d, g, metrics, analyses, params)))

@@ -32,6 +32,7 @@ from checkworthy.method.predictor_choice import (
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.method.selective import RISKS, fit_review
+from checkworthy.runs.drift import drift_params
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store.calibration_runs import (
     complete_run,
@@ -353,4 +354,6 @@ def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
         store_metrics(conn, run_id, metric_rows(y, res))
     if "review" in counts:
         queue_run(conn, run_id, counts["review"])
+    if len(ids):
+        counts |= drift_params(conn, run_id, spec.label_set_id, spec.key, spec.embed_model)
     complete_run(conn, run_id, counts)

@@ -65,6 +65,7 @@ from checkworthy.runs.calibration_run import (
     run_calibration,
     start_run,
 )
+from checkworthy.runs.drift import drift_params
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store import recalibration as recal_store
 from checkworthy.store.calibration_runs import (
@@ -433,6 +434,7 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
         counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in stored]))
         counts |= paper_review(conn, spec, np.array([r.theta for r in stored]))
         queue_run(conn, run_id, counts["review"])
+        counts |= drift_params(conn, run_id, spec.label_set_id, spec.key, spec.embed_model)
     complete_run(conn, run_id, counts)
 
 

@@ -224,3 +224,10 @@ def targets_needing_work(conn: Connection, label_set_names: Sequence[str] | None
         ),
         {"names": list(label_set_names) if label_set_names is not None else None},
     ).scalars())
+
+
+def nearest_distances(conn: Connection, run_id: int) -> list[float]:
+    """Each result's distance to its nearest labelled neighbour, in claim id order."""
+    return list(conn.execute(text(
+        "SELECT neighbor_distances[1] FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"),
+        {"r": run_id}).scalars())

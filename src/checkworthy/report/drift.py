@@ -1,0 +1,44 @@
+"""The report's "Drift" section: for every run, how many of its claims lie farther from the
+labelled set than L's own claims do (``params->'drift'``, :mod:`checkworthy.method.drift`), and the
+figure run after run. From stored rows only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from checkworthy.report import plots
+from checkworthy.report.document import Document, Heading, Image, Para, Table, esc
+from checkworthy.report.formatting import fmt
+from checkworthy.report.run_groups import Group
+
+
+def drift_section(doc: Document, groups: Sequence[Group], figures: dict) -> None:
+    """One row per run with a drift figure, and the share beyond the radius against the expected one."""
+    doc.add(Heading(2, "Drift"))
+    runs = sorted(((g, r) for g in groups for r in g.runs if (r["params"] or {}).get("drift")),
+                  key=lambda x: x[1]["id"])
+    if not runs:
+        doc.add(Para("No run of this report stored a drift figure."))
+        return
+    rows, series = [], {}
+    for g, r in runs:
+        d = r["params"]["drift"]
+        rows.append([str(r["id"]), esc(r["target"]), esc(g.title), str(r["k"]), fmt(d["radius"]),
+                     f"{d['n_beyond']} of {d['n']}", f"{d['share']:.1%}", f"{d['expected']:.0%}",
+                     f"{d['tolerance']:.0%}",
+                     f"{d['p_value']:.2g}", "**drift**" if d["alert"] else "no"])
+        series.setdefault(r["target"], []).append((r["id"], d["share"], d["alert"]))
+    doc.add(Para("A claim's distance to its nearest labelled claim, against the same distance of each "
+                 "labelled claim to its nearest other one: the radius is the split-conformal 95% "
+                 "quantile of L's, so at most 5% of claims like L's lie beyond it. A run is flagged "
+                 "when its share beyond is significantly above the tolerated one (exact binomial test, "
+                 "p <= 0.01); NN-PPI's neighbours then say little about its claims, and the flows emit "
+                 "`checkworthy.drift.detected`."))
+    header = ["run", "target", "runs", "k", "radius", "beyond", "share", "expected", "tolerated", "p",
+              "drift"]
+    doc.add(Table(header, rows))
+    path = "figures/drift.png"
+    expected = float(runs[0][1]["params"]["drift"]["expected"])
+    figures[path] = lambda: plots.drift_over_time("Claims beyond the labelled set's radius, run after run",
+                                                  series, expected)
+    doc.add(Image(path, "Share of each run's claims beyond the labelled set's radius"))
