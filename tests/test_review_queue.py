@@ -21,6 +21,7 @@ from checkworthy.data import label_studio
 from checkworthy.data.validation import Bounds
 from checkworthy.errors import DataError
 from checkworthy.method.selective import ReviewRule, review_priority
+from checkworthy.report.explanation import format_decision
 from checkworthy.runs import label_updates as labels
 from checkworthy.runs.calibration_run import RunSpec, run_calibration
 from checkworthy.runs.recalibration import recalibrate_lineage
@@ -28,6 +29,7 @@ from checkworthy.runs.review_queue import answers_as_label_file, export_rows, wr
 from checkworthy.store import lineages
 from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
+from checkworthy.store.audit import explain
 from checkworthy.store.calibration_runs import load_run, result_values
 from tests.conftest import table_counts
 from tests.test_recalibrate import build_world
@@ -111,6 +113,12 @@ def test_a_random_export_is_a_seeded_uniform_sample_of_the_unlabelled_claims(eng
     assert all(r["reason"].startswith("drawn at random") and 0 <= r["priority"] <= 1 for r in one)
 
 
+def _explained(engine, claim_id: int, run_id: int) -> str:
+    """What ``checkworthy explain`` prints for a claim in a run."""
+    with engine.connect() as conn:
+        return "\n".join(format_decision(d) for d in explain(conn, [claim_id], run_id))
+
+
 def _annotated(tasks, truth, cancel_last=True):
     """What Label Studio exports after a person answered ``tasks`` (its full JSON export format)."""
     out = []
@@ -148,6 +156,12 @@ def test_answers_close_their_entries_and_the_next_calibration_learns_from_them(e
         head = lineages.lineage_head(conn, w.lineage)
         assert answered <= set(store.label_set_claims(conn, head))  # newly arrived: they join the set
         assert not answered & {r["claim_id"] for r in export_rows(conn, None, f"{w.tag}:incoming", "random")}
+    # explain tells an auditor the claim was queued and who answered it
+    shown = _explained(engine, rows[0]["claim_id"], first)
+    assert f"queue:      queued by this run (priority {rows[0]['priority']:.3f}); answered " \
+           f"{truth[rows[0]['claim_id']]} by label update {out.update_id}" in shown
+    unanswered = _explained(engine, rows[10]["claim_id"], first)
+    assert "queue:      queued by this run" in unanswered and "not answered yet" in unanswered
     # the same export again is the same update: nothing new is written
     before = table_counts(engine)
     again = labels.apply_label_file(engine, tmp_path / "review.csv", BOUNDS)

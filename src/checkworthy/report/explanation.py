@@ -51,6 +51,12 @@ def format_decision(d: Decision) -> str:
     ]
     if d.review:
         lines.append(f"  review:     {ReviewRule.from_dict(d.review).reason(r['theta'])}")
+    if d.queued or d.answers:
+        queued = (f"queued by this run (priority {_f(d.queued['priority'], 3)})" if d.queued
+                  else "not queued by this run")
+        answered = "; ".join(f"answered {a['label']} by label update {a['update_id']} "
+                             f"({a['created_at']:%Y-%m-%d %H:%M})" for a in d.answers) or "not answered yet"
+        lines.append(f"  queue:      {queued}; {answered}")
     if r["current_label"] is not None:
         lines.append(f"  gold label: {r['current_label']} (label id {r['current_label_id']})")
     return "\n".join(lines)

@@ -42,6 +42,10 @@ class Decision:
     neighbours: list[Mapping[str, Any]] = field(default_factory=list)
     #: the run's decide-or-review rule (``calibration_runs.params->'review'``), None for older runs
     review: Mapping[str, Any] | None = None
+    #: the run's review-queue entry for the claim (priority, reason), None when it queued none
+    queued: Mapping[str, Any] | None = None
+    #: people's answers for the claim (label, label update, when), oldest first
+    answers: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def find_claims(conn: Connection, claim: str, dataset: str | None = None) -> list[int]:
@@ -78,8 +82,19 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
         by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
     rules = dict(conn.execute(text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"),
                               {"r": sorted({d.row["run_id"] for d in out})}).all())
+    queued = {(q["run_id"], q["claim_id"]): q for q in conn.execute(
+        text("SELECT run_id, claim_id, priority, reason FROM review_queue WHERE claim_id = ANY(:c) "
+             "AND run_id = ANY(:r)"),
+        {"c": list(map(int, claim_ids)), "r": sorted({d.row["run_id"] for d in out})}).mappings()}
+    answers: dict[int, list[Mapping[str, Any]]] = {}
+    for a in conn.execute(text("SELECT claim_id, label, update_id, created_at FROM review_answers "
+                               "WHERE claim_id = ANY(:c) ORDER BY id"),
+                          {"c": list(map(int, claim_ids))}).mappings():
+        answers.setdefault(a["claim_id"], []).append(a)
     for d in out:
         d.review = rules.get(d.row["run_id"])
+        d.queued = queued.get((d.row["run_id"], d.row["claim_id"]))
+        d.answers = answers.get(d.row["claim_id"], [])
     return out
 
 
