@@ -67,3 +67,9 @@ def check_drift(nearest: ArrayLike, radius: float | None, quantile: float = QUAN
     p = float(binom.sf(beyond - 1, n, tolerance)) if n else 1.0
     return Drift(quantile, radius, n, beyond, beyond / n if n else 0.0, 1.0 - quantile, tolerance, p,
                  p <= alpha)
+
+
+def drift(loo_nearest: ArrayLike, nearest: ArrayLike, quantile: float = QUANTILE,
+          tolerance: float = TOLERANCE, alpha: float = ALPHA) -> Drift:
+    """:func:`check_drift` of a batch against the radius of L's leave-one-out nearest distances."""
+    return check_drift(nearest, fit_radius(loo_nearest, quantile), quantile, tolerance, alpha)

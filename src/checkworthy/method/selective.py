@@ -65,14 +65,24 @@ class ReviewRule:
 
     def reason(self, theta: float) -> str:
         """Whether a person should decide a claim of this theta, and why, in one line."""
-        flagged = bool(self.review([theta])[0])
-        gap = abs(theta - self.threshold)
-        why = ("no margin passed the test on L" if self.margin is None
-               else f"|theta - threshold| = {gap:.4f} {'<' if flagged else '>='} margin {self.margin:.2f}")
-        if self.risk == "miss" and theta >= self.threshold:
-            why = "decided check-worthy: it goes on as such"
-        return (f"{'to a person' if flagged else 'decided automatically'} ({why}; {RISK_WORDS[self.risk]} "
-                f"<= {self.max_risk:g} with probability >= {1 - self.delta:.0%} over L, Learn-then-Test)")
+        return self.reasons([theta])[0]
+
+    def reasons(self, theta: ArrayLike) -> list[str]:
+        """:meth:`reason` for many claims at once."""
+        t = np.asarray(theta, dtype=float)
+        bound = (f"{RISK_WORDS[self.risk]} <= {self.max_risk:g} with probability >= {1 - self.delta:.0%} "
+                 "over L, Learn-then-Test")
+        out = []
+        for value, flagged in zip(t.tolist(), (self.review(t) == 1).tolist()):
+            if self.risk == "miss" and value >= self.threshold:
+                why = "decided check-worthy: it goes on as such"
+            elif self.margin is None:
+                why = "no margin passed the test on L"
+            else:
+                why = (f"|theta - threshold| = {abs(value - self.threshold):.4f} {'<' if flagged else '>='} "
+                       f"margin {self.margin:.2f}")
+            out.append(f"{'to a person' if flagged else 'decided automatically'} ({why}; {bound})")
+        return out
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

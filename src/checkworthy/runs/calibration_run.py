@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
+from checkworthy.method.drift import drift
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
@@ -32,7 +33,6 @@ from checkworthy.method.predictor_choice import (
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.method.selective import RISKS, fit_review
-from checkworthy.runs.drift import drift_params
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store.calibration_runs import (
     complete_run,
@@ -140,14 +140,15 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
-        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c) | paper_review(
-            conn, spec, res.theta)
+        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c) | rule_and_drift(
+            conn, spec, res.theta, nb.distances[:, 0])
     emb = None
     if spec.correction == "auto" or PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
                claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
     res, used, fitted = compute_methods(spec, pool, nb, c, emb)
-    return used.claim_ids, res, used, counts | fitted
+    drift_figure = drift_params(pool.cal.dist[:, 0], used.distances[:, 0])
+    return used.claim_ids, res, used, counts | fitted | drift_figure
 
 
 def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict[str, Any]:
@@ -169,12 +170,19 @@ def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, theta: np
     return {"review": rule.as_dict() | {"automated_share": share}}
 
 
-def paper_review(conn: Connection, spec: RunSpec, theta: np.ndarray) -> dict[str, Any]:
-    """:func:`review_params` for the paper's path, which builds no leave-one-out lists for its own
-    figures: L's theta from its leave-one-out neighbours (the same SQL kNN), NN-PPI at the run's k."""
+def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray) -> dict[str, Any]:
+    """The run's drift figure (:mod:`checkworthy.method.drift`) as stored in ``params->'drift'``:
+    its claims' nearest labelled distances against L's leave-one-out ones."""
+    return {"drift": drift(loo_nearest, nearest).as_dict()}
+
+
+def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: np.ndarray) -> dict[str, Any]:
+    """:func:`review_params` and :func:`drift_params` for the paper's path, which builds no
+    leave-one-out lists for its own figures: L's from the same SQL kNN, NN-PPI at the run's k."""
     pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model)
     nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
-    return review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold)
+    return (review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold)
+            | drift_params(pool.cal.dist[:, 0], nearest))
 
 
 # ------------------------------------------------------------------ interval and correction
@@ -354,6 +362,4 @@ def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
         store_metrics(conn, run_id, metric_rows(y, res))
     if "review" in counts:
         queue_run(conn, run_id, counts["review"])
-    if len(ids):
-        counts |= drift_params(conn, run_id, spec.label_set_id, spec.key, spec.embed_model)
     complete_run(conn, run_id, counts)

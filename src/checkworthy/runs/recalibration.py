@@ -60,12 +60,11 @@ from checkworthy.runs.calibration_run import (
     RunSpec,
     is_paper_default,
     key_of,
-    paper_review,
     raw_score_prevalence,
+    rule_and_drift,
     run_calibration,
     start_run,
 )
-from checkworthy.runs.drift import drift_params
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store import recalibration as recal_store
 from checkworthy.store.calibration_runs import (
@@ -76,6 +75,7 @@ from checkworthy.store.calibration_runs import (
     has_unlabelled_results,
     load_run,
     lock_run_key,
+    nearest_distances,
     result_values,
     runs_in_force,
     unlock_run_key,
@@ -432,9 +432,9 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
     if n_cal:
         stored = result_values(conn, run_id)
         counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in stored]))
-        counts |= paper_review(conn, spec, np.array([r.theta for r in stored]))
+        counts |= rule_and_drift(conn, spec, np.array([r.theta for r in stored]),
+                                 np.array(nearest_distances(conn, run_id)))
         queue_run(conn, run_id, counts["review"])
-        counts |= drift_params(conn, run_id, spec.label_set_id, spec.key, spec.embed_model)
     complete_run(conn, run_id, counts)
 
 

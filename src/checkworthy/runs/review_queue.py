@@ -35,7 +35,7 @@ def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any]) -> int:
     ids = [r.claim_id for r, f in zip(rows, flagged) if f]
     theta = theta[flagged]
     return queue.insert_entries(conn, run_id, ids, theta, review_priority(theta, rule.threshold),
-                                [rule.reason(float(t)) for t in theta])
+                                rule.reasons(theta))
 
 
 def export_rows(conn: Connection, limit: int | None, target: str | None, order: str = "uncertain",

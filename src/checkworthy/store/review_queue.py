@@ -19,13 +19,16 @@ OPEN_COLUMNS = ("entry_id", "run_id", "target", "claim_id", "dataset", "source_i
 
 def insert_entries(conn: Connection, run_id: int, claim_ids: Sequence[int], theta: Sequence[float],
                    priority: Sequence[float], reasons: Sequence[str]) -> int:
-    """Append a running run's entries; return how many."""
-    rows = [{"r": run_id, "c": int(c), "t": float(t), "p": float(p), "why": why}
-            for c, t, p, why in zip(claim_ids, theta, priority, reasons)]
-    if rows:
-        conn.execute(text("""INSERT INTO review_queue (run_id, claim_id, theta, priority, reason)
-                             VALUES (:r, :c, :t, :p, :why)"""), rows)
-    return len(rows)
+    """Append a running run's entries in one statement; return how many."""
+    if not len(claim_ids):
+        return 0
+    return conn.execute(text(
+        """INSERT INTO review_queue (run_id, claim_id, theta, priority, reason)
+           SELECT :r, u.c, u.t, u.p, u.why
+           FROM unnest(CAST(:c AS bigint[]), CAST(:t AS float8[]), CAST(:p AS float8[]),
+                       CAST(:why AS text[])) AS u(c, t, p, why)"""),
+        {"r": run_id, "c": [int(c) for c in claim_ids], "t": [float(t) for t in theta],
+         "p": [float(p) for p in priority], "why": list(reasons)}).rowcount
 
 
 def entries_of_run(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
