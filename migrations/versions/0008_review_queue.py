@@ -6,7 +6,8 @@
   much a label would help) and the reason in words. Entries are never changed.
 - ``review_answers``: a person's answer closes every entry of its claim. It is written in the
   transaction that appends the label (``labels add``, ``review import``), naming the label update.
-- ``calibrations_in_force``: the newest complete run of each calibration, under the newest prompt.
+- ``calibrations_in_force``: the newest complete run of each calibration (per label-set lineage),
+  under the newest prompt.
 - ``review_open``: what is still to be decided: entries of the runs in force whose claim has no
   answer, one row per claim (its most uncertain entry).
 
@@ -56,17 +57,18 @@ CREATE VIEW calibrations_in_force AS
 SELECT id AS run_id, target FROM (
     SELECT r.id, r.target,
            row_number() OVER (
-               PARTITION BY r.target, r.model_id, r.prompt_version, r.params_hash, r.score_kind,
+               PARTITION BY ls.name, r.target, r.model_id, r.prompt_version, r.params_hash, r.score_kind,
                             r.embed_model, r.k, r.alpha, r.threshold, r.interval_method,
                             coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
-           rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind ORDER BY pv.created_at DESC)
-               AS prompt_rank
+           rank() OVER (PARTITION BY ls.name, r.target, r.model_id, r.score_kind
+                        ORDER BY pv.created_at DESC) AS prompt_rank
     FROM calibration_runs r JOIN prompt_versions pv ON pv.id = r.prompt_version
+    JOIN label_sets ls ON ls.id = r.label_set_id
     WHERE r.status = 'complete') x
 WHERE n = 1 AND prompt_rank = 1;
 COMMENT ON VIEW calibrations_in_force IS
-    'The newest complete run of each calibration (target, score key, k, alpha, threshold, interval, '
-    'correction) under the newest prompt of its model and score kind.';
+    'The newest complete run of each calibration (label-set lineage, target, score key, k, alpha, '
+    'threshold, interval, correction) under the newest prompt of its model and score kind.';
 
 CREATE VIEW review_open AS
 SELECT DISTINCT ON (q.claim_id) q.id AS entry_id, q.run_id, r.target, q.claim_id, c.dataset,
