@@ -185,9 +185,10 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
         print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
               f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
     if outcome.review:
+        from checkworthy.method.selective import RISK_WORDS
+
         r = outcome.review
-        bound = {"error": "wrong decisions among those decided automatically",
-                 "miss": "check-worthy claims among those dismissed automatically"}[r["risk"]]
+        bound = RISK_WORDS[r["risk"]]
         margin = "none decided automatically" if r["margin"] is None else f"margin {r['margin']:.2f}"
         print(f"review: {outcome.n_review} of {outcome.n_rows} claims to a person ({margin}; share of "
               f"{bound} <= {r['max_risk']:g} with probability >= {1 - r['delta']:.0%} over the labelled "

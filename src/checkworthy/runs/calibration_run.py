@@ -361,5 +361,5 @@ def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
         y = np.array([gold[int(i)] for i in ids])
         store_metrics(conn, run_id, metric_rows(y, res))
     if "review" in counts:
-        queue_run(conn, run_id, counts["review"])
+        queue_run(conn, run_id, counts["review"], ids, res.theta)
     complete_run(conn, run_id, counts)

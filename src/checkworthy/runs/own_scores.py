@@ -24,12 +24,12 @@ from checkworthy.data.datasets import sha256_file
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError
 from checkworthy.method import metrics
-from checkworthy.method.selective import needs_review
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.review_queue import entries_of_run
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review"]
 
@@ -196,9 +196,9 @@ def calibrate_stored(
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
         run_params = load_run(conn, run_id)["params"]
+        queued = {e["claim_id"] for e in entries_of_run(conn, run_id)}
     rule = run_params.get("review") or {}
-    flags = {cid: int(needs_review([r["theta"]], rule["threshold"], rule["risk"], rule["margin"])[0])
-             for cid, r in results.items()} if rule else {}
+    flags = {cid: int(cid in queued) for cid in results} if rule else {}
     _write_out(out, unl, u_ids, results, names, flags)
     got = None
     if all(r.label is not None for r in unl) and all(i in results for i in u_ids):

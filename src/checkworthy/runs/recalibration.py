@@ -75,7 +75,6 @@ from checkworthy.store.calibration_runs import (
     has_unlabelled_results,
     load_run,
     lock_run_key,
-    nearest_distances,
     result_values,
     runs_in_force,
     unlock_run_key,
@@ -415,26 +414,25 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
     recal_store.copy_results(conn, run_id, rows.claim_ids, rows.result, rows.neighbor_ids,
                              rows.neighbor_distances)
     n_cal = p.n_copied + len(rows)
+    stored = result_values(conn, run_id) if n_cal else []
     if n_cal and not has_unlabelled_results(conn, run_id):
-        res = result_values(conn, run_id)
-        gold = current_labels(conn, [r.claim_id for r in res])
-        arr = {c: np.array([getattr(r, c) for r in res], dtype=float)
+        gold = current_labels(conn, [r.claim_id for r in stored])
+        arr = {c: np.array([getattr(r, c) for r in stored], dtype=float)
                for c in ("score", "theta", "ci_low", "ci_high", "knn_mean")}
         result = nnppi.NNPPIResult(
             score=arr["score"], theta=arr["theta"], ci_low=arr["ci_low"], ci_high=arr["ci_high"],
-            knn_mean=arr["knn_mean"], decision=np.array([int(r.decision) for r in res]),
+            knn_mean=arr["knn_mean"], decision=np.array([int(r.decision) for r in stored]),
             knn_decision=nnppi.decide(arr["knn_mean"], spec.threshold),
             baseline_decision=nnppi.decide(arr["score"], spec.threshold))
-        store_metrics(conn, run_id, metric_rows(np.array([gold[r.claim_id] for r in res]), result))
+        store_metrics(conn, run_id, metric_rows(np.array([gold[r.claim_id] for r in stored]), result))
     counts = {"n_claims": len(spec.claim_ids), "n_calibrated": n_cal,
               "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": len(rows),
               "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
     if n_cal:
-        stored = result_values(conn, run_id)
+        theta = np.array([r.theta for r in stored])
         counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in stored]))
-        counts |= rule_and_drift(conn, spec, np.array([r.theta for r in stored]),
-                                 np.array(nearest_distances(conn, run_id)))
-        queue_run(conn, run_id, counts["review"])
+        counts |= rule_and_drift(conn, spec, theta, np.array([r.nearest for r in stored]))
+        queue_run(conn, run_id, counts["review"], [r.claim_id for r in stored], theta)
     complete_run(conn, run_id, counts)
 
 

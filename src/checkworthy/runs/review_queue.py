@@ -13,26 +13,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sqlalchemy import Connection
 
 from checkworthy.data import label_studio
 from checkworthy.data.label_files import REQUIRED
 from checkworthy.method.selective import ReviewRule, review_priority
 from checkworthy.store import review_queue as queue
-from checkworthy.store.calibration_runs import result_values
 
 #: the CSV export's columns: a label file's (fill ``label``) and what the reviewer should know
 CSV_COLUMNS = (*REQUIRED, "text", "theta", "priority", "reason", "run_id", "target")
 
 
-def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any]) -> int:
-    """Append the run's claims that its rule (``params->'review'``) sends to a person, with their
-    priority and reason; return how many. Called while the run is running."""
+def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any], claim_ids: Sequence[int],
+              theta: ArrayLike) -> int:
+    """Append the run's claims (its results' ids and theta) that its rule (``params->'review'``)
+    sends to a person, with their priority and reason; return how many. Called while the run is
+    running."""
     rule = ReviewRule.from_dict(review)
-    rows = result_values(conn, run_id)
-    theta = np.array([r.theta for r in rows], dtype=float)
+    theta = np.asarray(theta, dtype=float)
     flagged = rule.review(theta) == 1
-    ids = [r.claim_id for r, f in zip(rows, flagged) if f]
+    ids = [int(c) for c, f in zip(claim_ids, flagged) if f]
     theta = theta[flagged]
     return queue.insert_entries(conn, run_id, ids, theta, review_priority(theta, rule.threshold),
                                 rule.reasons(theta))
@@ -54,8 +55,8 @@ def export_rows(conn: Connection, limit: int | None, target: str | None, order: 
                            "reason": f"drawn at random from the unlabelled claims of {r['target']} "
                                      f"(seed {seed}): a label exchangeable with the stream, for calibration"}
                 for r in queue.unlabelled_sample(conn, limit, target, seed)]
-    if target is not None and target not in queue.targets_with_entries(conn):
-        known = ", ".join(queue.targets_with_entries(conn)) or "none yet"
+    if target is not None and target not in (queued := queue.targets_with_entries(conn)):
+        known = ", ".join(queued) or "none yet"
         raise ValueError(f"--target {target!r}: no claim of it was ever queued (targets: {known})")
     return queue.open_entries(conn, limit, target)
 

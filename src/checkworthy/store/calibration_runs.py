@@ -138,10 +138,12 @@ def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
 
 def result_values(conn: Connection, run_id: int) -> list[Any]:
     """A run's per-claim values without the neighbour arrays (claim_id, score, theta, ci_low, ci_high,
-    decision, knn_mean), in claim id order."""
+    decision, knn_mean, and ``nearest``: the distance to the nearest labelled neighbour), in claim
+    id order."""
     return conn.execute(
-        text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean FROM calibrated_results
-                WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
+        text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean,
+                       neighbor_distances[1] AS nearest
+                FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
 
 
 def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
@@ -225,9 +227,3 @@ def targets_needing_work(conn: Connection, label_set_names: Sequence[str] | None
         {"names": list(label_set_names) if label_set_names is not None else None},
     ).scalars())
 
-
-def nearest_distances(conn: Connection, run_id: int) -> list[float]:
-    """Each result's distance to its nearest labelled neighbour, in claim id order."""
-    return list(conn.execute(text(
-        "SELECT neighbor_distances[1] FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"),
-        {"r": run_id}).scalars())
