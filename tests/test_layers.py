@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "checkworthy"
 
 #: bottom to top; a module may import its own layer and the layers below it, never above
-LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "cli"]
+LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "serve", "cli"]
 #: modules at the package root: settings and exceptions every layer may use
 FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors"}
 #: where an import inside a function may name a checkworthy module (start-up time of the command line)

@@ -122,8 +122,15 @@ def test_auditor_reads_every_table_and_view(auditor):
         assert {"audit_decisions", "audit_decision_lineage", "audit_run_history", "audit_label_history",
                 "audit_claim_scores", "labels", "calibration_runs"} <= set(rels)
         for rel in rels:
+            if rel == "api_keys":  # every column but the key hashes
+                conn.execute(text("SELECT id, name, role, key_prefix, created_at FROM api_keys LIMIT 1")).all()
+                continue
             conn.execute(text(f"SELECT * FROM {rel} LIMIT 1")).all()
         assert conn.execute(text("SHOW default_transaction_read_only")).scalar_one() == "on"
+
+
+def test_auditor_cannot_read_the_api_key_hashes(auditor):
+    assert _denied(auditor, "SELECT key_hash FROM api_keys", read_write=False) == "42501"
 
 
 def test_auditor_cannot_write_or_create_anything(auditor, pipeline_run):

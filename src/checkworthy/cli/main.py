@@ -386,6 +386,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The HTTP API over a lineage's newest calibration run (see docs/api.md)."""
+    from checkworthy.cli.serve import run_serve
+
+    return run_serve(args, _engine, args.params)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """Create, revoke and list the API's keys."""
+    from checkworthy.cli.serve import run_keys
+
+    return run_keys(args, _engine)
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     """Score a CSV of claims with any model spec; store the scores like the main job does."""
     from checkworthy.cli.score import run_score
@@ -577,6 +591,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.set_defaults(func=cmd_explain)
 
     from checkworthy.cli.score import add_score_arguments, add_train_arguments
+    from checkworthy.cli.serve import add_keys_arguments, add_serve_arguments
+
+    sv = sub.add_parser("serve", help="the HTTP API: calibrated decisions for submitted texts (docs/api.md)")
+    add_serve_arguments(sv)
+    sv.add_argument("--params", default=str(PARAMS_FILE), help="params file (models, predict: defaults)")
+    sv.set_defaults(func=cmd_serve)
+
+    ky = sub.add_parser("keys", help="the API's keys: create, revoke, list")
+    add_keys_arguments(ky)
+    ky.set_defaults(func=cmd_keys)
 
     sc = sub.add_parser("score", help="score a CSV (id,text) with any model spec")
     add_score_arguments(sc)

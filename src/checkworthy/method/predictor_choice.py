@@ -16,7 +16,8 @@ where claims of one debate resemble each other; the ranking, not the figure, is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -79,43 +80,90 @@ def fit_choice(cal: LabelledSet, correction: str, k: int, threshold: float) -> t
     return Choice(correction, k, params, threshold), ({"correction_params": params} if params else {})
 
 
-def fit_predictor(
-    name: str, cal: LabelledSet, c: np.ndarray, emb: Embeddings | None = None, seed: int = 0,
-) -> tuple[LabelledSet, np.ndarray, dict[str, Any]]:
-    """L and the targets with a predictor fitted on L in place of the model score.
+@dataclass(frozen=True)
+class Predictor:
+    """A predictor fitted on L: L with the predictor's scores in place of the model's, the fitted
+    numbers to record, and the map from a target's model score (and embedding) to its probability."""
+
+    cal: LabelledSet
+    params: dict[str, Any]
+    apply: Callable[[np.ndarray, np.ndarray | None], np.ndarray]
+    #: whether :attr:`apply` reads the targets' embeddings (the embedding head)
+    uses_embeddings: bool = False
+
+
+def predictor_on(name: str, cal: LabelledSet, emb: np.ndarray | None = None, seed: int = 0) -> Predictor:
+    """Fit a predictor on L alone (``emb``: L's embeddings, for the embedding head).
 
     A score calibrator (:data:`checkworthy.method.calibrators.CALIBRATORS`) maps every score, L's
     included (one or two parameters: L's in-sample probabilities are fair game for conformal
-    scores). The embedding head needs ``emb`` = (L's vectors, the targets' vectors); L gets its
-    out-of-fold probabilities and pairwise cross-fitted neighbour scores
-    (:meth:`checkworthy.method.embedding_head.HeadFit.labelled_set`), so no label judges itself.
-    Returns (L, the targets' probabilities, the fitted numbers to record).
+    scores). The embedding head gives L its out-of-fold probabilities and pairwise cross-fitted
+    neighbour scores (:meth:`checkworthy.method.embedding_head.HeadFit.labelled_set`), so no label
+    judges itself.
     """
     if name == "head":
         if emb is None:
             raise ValueError("the embedding head needs the claims' embeddings")
-        head = fit_head(emb[0], cal.c, cal.y, seed=seed)
-        return head.labelled_set(cal), head.predict(emb[1], c), {"C": head.C}
+        head = fit_head(emb, cal.c, cal.y, seed=seed)
+
+        def head_apply(c: np.ndarray, emb_t: np.ndarray | None) -> np.ndarray:
+            if emb_t is None:
+                raise ValueError("the embedding head needs the targets' embeddings")
+            return head.predict(emb_t, c)
+
+        return Predictor(head.labelled_set(cal), {"C": head.C}, head_apply, uses_embeddings=True)
     model = CALIBRATORS[name]().fit(cal.c, cal.y)
     p_cal = model.predict_proba(cal.c)[:, 1]
-    return (LabelledSet(y=cal.y, c=p_cal, nbr=cal.nbr, dist=cal.dist), model.predict_proba(c)[:, 1],
-            fitted_params(model))
+    return Predictor(LabelledSet(y=cal.y, c=p_cal, nbr=cal.nbr, dist=cal.dist), fitted_params(model),
+                     lambda c, _emb: model.predict_proba(c)[:, 1])
+
+
+def fit_predictor(
+    name: str, cal: LabelledSet, c: np.ndarray, emb: Embeddings | None = None, seed: int = 0,
+) -> tuple[LabelledSet, np.ndarray, dict[str, Any]]:
+    """:func:`predictor_on` applied to targets with scores ``c`` (``emb`` = (L's vectors, the
+    targets' vectors)): (L, the targets' probabilities, the fitted numbers to record)."""
+    p = predictor_on(name, cal, None if emb is None else emb[0], seed)
+    return p.cal, p.apply(c, None if emb is None else emb[1]), p.params
+
+
+@dataclass(frozen=True)
+class FittedCorrection:
+    """A run's correction fitted on L: the :class:`Choice`, L as the correction sees it, the
+    predictor whose probability it corrects (None: the model score), what was fitted."""
+
+    choice: Choice
+    cal: LabelledSet
+    predictor: Predictor | None
+    fitted: dict[str, Any]
+
+    def scores(self, c: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
+        """The targets' scores the correction corrects (the predictor's, else the model's)."""
+        return c if self.predictor is None else self.predictor.apply(c, emb)
+
+
+def correction_on(name: str, cal: LabelledSet, k: int, threshold: float, emb: np.ndarray | None = None,
+                  seed: int = 0) -> FittedCorrection:
+    """Fit a run's correction on L alone (``emb``: L's embeddings, for the head)."""
+    fitted: dict[str, Any] = {}
+    correction, predictor = name, None
+    if name in PREDICTOR_RUNS:
+        kind, correction = PREDICTOR_RUNS[name]
+        predictor = predictor_on(kind, cal, emb, seed)
+        cal = predictor.cal
+        fitted["predictor"] = {"name": kind, "params": predictor.params}
+    choice, chosen = fit_choice(cal, correction, k, threshold)
+    return FittedCorrection(choice, cal, predictor, fitted | chosen)
 
 
 def fit_correction(
     name: str, cal: LabelledSet, c: np.ndarray, k: int, threshold: float,
     emb: Embeddings | None = None, seed: int = 0,
 ) -> tuple[Choice, LabelledSet, np.ndarray, dict[str, Any]]:
-    """A run's correction fitted on L: the :class:`Choice`, L and the targets' scores it corrects
-    (a predictor run's probabilities, else the model's), and what was fitted."""
-    fitted: dict[str, Any] = {}
-    correction = name
-    if name in PREDICTOR_RUNS:
-        predictor, correction = PREDICTOR_RUNS[name]
-        cal, c, p_params = fit_predictor(predictor, cal, c, emb, seed)
-        fitted["predictor"] = {"name": predictor, "params": p_params}
-    choice, chosen = fit_choice(cal, correction, k, threshold)
-    return choice, cal, c, fitted | chosen
+    """:func:`correction_on` applied to targets with scores ``c`` (``emb`` = (L's vectors, the
+    targets' vectors)): the Choice, L, the targets' scores it corrects, what was fitted."""
+    f = correction_on(name, cal, k, threshold, None if emb is None else emb[0], seed)
+    return f.choice, f.cal, f.scores(c, None if emb is None else emb[1]), f.fitted
 
 
 def choose_correction(

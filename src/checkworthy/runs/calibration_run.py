@@ -27,9 +27,10 @@ from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
     PREDICTOR_RUNS,
+    FittedCorrection,
     auto_columns,
     choose_correction,
-    fit_correction,
+    correction_on,
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.method.selective import RISKS, fit_review
@@ -265,43 +266,33 @@ def labelled_pool(
     return LabelledPool(ids, cal)
 
 
-def compute_methods(
-    spec: RunSpec, pool: LabelledPool, nq: Neighbours, c: np.ndarray,
-    emb: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[nnppi.NNPPIResult, Neighbours, dict[str, Any]]:
-    """Any interval x correction on the arrays (pure); the neighbours used, and what was fitted.
+def fit_run(spec: RunSpec, pool: LabelledPool, emb: np.ndarray | None = None, chosen: str | None = None,
+            ) -> tuple[FittedCorrection, dict[str, Any]]:
+    """The run's correction fitted on L alone (pure), and what to record about it.
 
-    ``nq`` holds the targets' neighbour lists (as long as L's, nearest first), ``c`` their
-    scores, ``emb`` (L's, the targets' embeddings) only for the head. A predictor run
-    (:data:`PREDICTOR_RUNS`) first replaces the scores (:func:`fit_predictor`); the correction
-    is fitted on L only (:func:`fit_choice`); the interval is centred on it. KNN and the
-    raw-score baseline use the same neighbours as the correction and the model's own score.
+    ``auto`` first chooses among its candidates by cross-validation on L, unless ``chosen`` names
+    the choice already made (a served run's, recorded in its params); ``emb`` holds L's embeddings
+    (the embedding head and ``auto`` need them).
     """
     correction, fitted = spec.correction, {}
-    if correction == "auto":
+    if correction == "auto" and chosen is None:
         if emb is None:
             raise ValueError("the auto correction needs the claims' embeddings")
-        correction, figures = choose_correction(pool.cal, emb[0], spec.k, spec.threshold)
-        fitted["auto_choice"] = {"chosen": correction, "cv_f1_positive": figures}
-    choice, cal, theta_in, chosen = fit_correction(correction, pool.cal, c, spec.k, spec.threshold, emb)
-    fitted |= chosen
-    # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
-    prevalence = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
-                                nnppi.decide(theta_in, spec.threshold), spec.alpha)
-    fitted["prevalence"] = prevalence.as_dict()
-    threshold = choice.threshold
-    if spec.prior == "batch" and prevalence.estimate is not None:
-        threshold = prior_threshold(prevalence.labelled, prevalence.estimate, choice.threshold)
-        fitted["prior"] = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
-                           "threshold_on_theta": threshold}
-    elif spec.prior == "batch":
-        fitted["prior"] = {"mode": "batch", "threshold_on_theta": threshold,
-                           "note": "no batch estimate (L's classes not separated): L's prior"}
-    k = choice.k
-    nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=cal, dist=nq.distances, k=k)
-    theta = choice.theta(nb)
-    lo, hi = INTERVAL_METHODS[spec.interval_method](nb, spec.alpha, correction=choice.theta)
-    fitted |= review_params(spec, choice.theta(Neighbourhood.loo(cal, k)), cal.y, theta, threshold)
+        chosen, figures = choose_correction(pool.cal, emb, spec.k, spec.threshold)
+        fitted["auto_choice"] = {"chosen": chosen, "cv_f1_positive": figures}
+    fc = correction_on(chosen if correction == "auto" else correction, pool.cal, spec.k, spec.threshold, emb)
+    return fc, fitted | fc.fitted
+
+
+def apply_run(spec: RunSpec, pool: LabelledPool, fc: FittedCorrection, nq: Neighbours, c: np.ndarray,
+              theta_in: np.ndarray, threshold: float) -> tuple[nnppi.NNPPIResult, Neighbours]:
+    """A fitted correction and the run's interval on targets (pure): ``nq`` their neighbour lists
+    (as long as L's, nearest first), ``c`` their model scores, ``theta_in`` the scores the
+    correction corrects (:meth:`FittedCorrection.scores`); decisions at ``threshold`` on theta."""
+    k = fc.choice.k
+    nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=fc.cal, dist=nq.distances, k=k)
+    theta = fc.choice.theta(nb)
+    lo, hi = INTERVAL_METHODS[spec.interval_method](nb, spec.alpha, correction=fc.choice.theta)
     km = nnppi.knn_mean(nb.y_nbr())
     res = nnppi.NNPPIResult(
         score=c, theta=theta, ci_low=np.asarray(lo, dtype=float), ci_high=np.asarray(hi, dtype=float),
@@ -310,6 +301,39 @@ def compute_methods(
         baseline_decision=nnppi.decide(c, spec.threshold))
     used = Neighbours(claim_ids=nq.claim_ids, neighbor_ids=nq.neighbor_ids[:, :k],
                       distances=nq.distances[:, :k], labels=nq.labels[:, :k], scores=nq.scores[:, :k])
+    return res, used
+
+
+def compute_methods(
+    spec: RunSpec, pool: LabelledPool, nq: Neighbours, c: np.ndarray,
+    emb: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[nnppi.NNPPIResult, Neighbours, dict[str, Any]]:
+    """Any interval x correction on the arrays (pure); the neighbours used, and what was fitted.
+
+    ``nq`` holds the targets' neighbour lists (as long as L's, nearest first), ``c`` their
+    scores, ``emb`` (L's, the targets' embeddings) only for the head. A predictor run
+    (:data:`PREDICTOR_RUNS`) first replaces the scores; the correction is fitted on L only
+    (:func:`fit_run`); the interval is centred on it (:func:`apply_run`). KNN and the
+    raw-score baseline use the same neighbours as the correction and the model's own score.
+    """
+    fc, fitted = fit_run(spec, pool, None if emb is None else emb[0])
+    theta_in = fc.scores(c, None if emb is None else emb[1])
+    cal = fc.cal
+    # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
+    prevalence = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
+                                nnppi.decide(theta_in, spec.threshold), spec.alpha)
+    fitted["prevalence"] = prevalence.as_dict()
+    threshold = fc.choice.threshold
+    if spec.prior == "batch" and prevalence.estimate is not None:
+        threshold = prior_threshold(prevalence.labelled, prevalence.estimate, fc.choice.threshold)
+        fitted["prior"] = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
+                           "threshold_on_theta": threshold}
+    elif spec.prior == "batch":
+        fitted["prior"] = {"mode": "batch", "threshold_on_theta": threshold,
+                           "note": "no batch estimate (L's classes not separated): L's prior"}
+    res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
+    k = fc.choice.k
+    fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, res.theta, threshold)
     return res, used, fitted | {"k_used": k, "neighbour_columns": int(nq.neighbor_ids.shape[1])}
 
 
@@ -343,14 +367,14 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
 
 
 def start_run(conn: Connection, spec: RunSpec, key: str, fingerprint: str, params: dict[str, Any],
-              ctx: RunContext, parent_run_id: int | None = None) -> int:
+              ctx: RunContext, parent_run_id: int | None = None, mode: str | None = None) -> int:
     """Insert ``spec``'s run as running, with ``params`` and ``ctx``'s provenance; return its id.
-    A run with a parent is an incremental one."""
+    A run with a parent is an incremental one unless ``mode`` says otherwise (``served``)."""
     return insert_run(
         conn, key, spec.target, spec.claim_ids, spec.label_set_id, fingerprint, spec.key,
         spec.embed_model, spec.k, spec.alpha, spec.threshold, spec.interval_method, params,
         ctx.flow_run_id, ctx.code_rev, ctx.data_version_id, parent_run_id=parent_run_id,
-        mode="full" if parent_run_id is None else "incremental")
+        mode=mode or ("full" if parent_run_id is None else "incremental"))
 
 
 def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:

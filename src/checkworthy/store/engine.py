@@ -116,3 +116,9 @@ def get_engine(url: str | None = None) -> Engine:
     url = url or database_url()
     migrate(url)
     return create_engine(url, pool_pre_ping=True)
+
+
+def ping(engine: Engine) -> None:
+    """Raise unless the database answers (readiness checks)."""
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))

@@ -1,0 +1,174 @@
+"""The HTTP API against the same scoring called directly: claims/s and p50/p95 latency.
+
+Setting: a fresh embedded Postgres; a lineage of CLEF 2024 training claims (``--labelled``, half
+of each class) scored by the model under test and embedded by MiniLM, calibrated with the paper's
+NN-PPI (k = 10); ``checkworthy serve``'s app under a real uvicorn server on loopback, called by a
+real HTTP client (httpx), one request at a time. Two models:
+
+- the embedded Gemma 3 270M (params.yaml's configuration: verbalised score and token probability);
+- Ollama's ``gemma3:270m`` answered by a fake Ollama on loopback (``tests/fake_ollama.py``) that
+  waits 50 ms per request, 4 requests in flight (the scorer's ``concurrency``).
+
+For each: ``--singles`` requests of one text and ``--batches`` requests of 100 texts through the
+API, and the same numbers of calls of :meth:`checkworthy.runs.served_run.ServedRun.submit` (what
+the API calls) directly. Every text is a CLEF claim never scored before (a stored score would be
+reused, not recomputed), drawn afresh for each arm. The API's overhead is its total time over the
+direct total, minus one. Prints a table and a JSON line. Run from the repository root:
+``.venv/bin/python -m bench.bench_api`` (about 6 minutes on 2 cores, Gemma's scoring dominating).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+import uvicorn
+
+from checkworthy.config import PARAMS_FILE, VAR_DIR, load_params, quiet_offline_env
+from checkworthy.data.datasets import load_clef, normalise_text
+from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.scoring import score_missing
+from checkworthy.scorers.registry import make_scorer
+from checkworthy.serve.app import Limits, create_app
+from checkworthy.serve.served import Selection
+from checkworthy.store import api_keys, lineages
+from checkworthy.store import rows as store
+from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.engine import embedded_url, get_engine
+from tests.conftest import raw_path
+from tests.fake_ollama import FakeOllama
+
+GEMMA, OLLAMA = "embedded:gemma3-270m", "ollama:gemma3:270m"
+
+
+def claims() -> tuple[list[Any], list[str]]:
+    """CLEF 2024 training claims (for L) and the dev-test texts (to submit), texts unique."""
+    train, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")
+    seen: set[str] = set()
+    unique = [c for c in train if not (normalise_text(c.text) in seen or seen.add(normalise_text(c.text)))]
+    return unique[:4000], [c.text for c in unique[4000:]]
+
+
+def build_lineage(engine, tag: str, spec: str, options: dict[str, Any], lab: Sequence[Any]) -> int:
+    """Store, embed and score L; calibrate a small target with the paper's NN-PPI; return the run."""
+    scorer, prompt = make_scorer(spec, **options)
+    with engine.begin() as conn:
+        ids = store.store_claims_with_labels(
+            conn, [store.NewClaim(tag, "train", c.source_id, c.text, c.label) for c in lab], "bench")
+        ensure_embeddings(conn, [store.sha256_text(c.text) for c in lab])
+        ls = store.create_label_set(conn, f"{tag}:calibration", ids[10:])
+        lineages.register_target(conn, f"{tag}:test", f"{tag}:calibration", ids[:10])
+        lineages.set_head(conn, f"{tag}:calibration", ls, "initial")
+    keys = score_missing(engine, scorer, [store.sha256_text(c.text) for c in lab], *prompt)[2]
+    kind = "token_prob" if "token_prob" in keys else next(iter(keys))
+    return run_calibration(engine, RunSpec(f"{tag}:test", tuple(ids[:10]), ls, keys[kind], 10))
+
+
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def timed(calls: Sequence[Callable[[], object]]) -> list[float]:
+    out = []
+    for call in calls:
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def figures(times: list[float], per_call: int) -> dict[str, float]:
+    return {"claims_per_s": per_call * len(times) / sum(times),
+            "p50_ms": 1000 * float(np.percentile(times, 50)),
+            "p95_ms": 1000 * float(np.percentile(times, 95)), "calls": len(times)}
+
+
+def measure(engine, tag: str, params: dict[str, Any], pool: list[str], singles: int, batches: int,
+            ) -> list[dict[str, Any]]:
+    """Singles and batches of 100, through the API and directly, each on texts never seen."""
+    app = create_app(engine, Selection(f"{tag}:calibration"), params, Limits(max_batch=100))
+    served = app.state.current.get()
+    with engine.begin() as conn:
+        key, secret = api_keys.create_key(conn, f"{tag}-bench", "scorer")
+    rows = []
+    headers = {"X-API-Key": secret}
+    with serving(app) as url, httpx.Client(base_url=url, headers=headers, timeout=600) as client:
+        client.post("/score/text", json={"text": pool.pop()}).raise_for_status()  # warm both paths
+        served.submit([pool.pop()], key.id, "direct")
+        for size, n in ((1, singles), (100, batches)):
+            api_texts = [[pool.pop() for _ in range(size)] for _ in range(n)]
+            direct_texts = [[pool.pop() for _ in range(size)] for _ in range(n)]
+
+            def api_call(texts: list[str]) -> Callable[[], object]:
+                return lambda: client.post("/score/sentences", json={"sentences": texts}).raise_for_status()
+
+            def direct_call(texts: list[str]) -> Callable[[], object]:
+                return lambda: served.submit(texts, key.id, "direct")
+
+            api = timed([api_call(t) for t in api_texts])
+            direct = timed([direct_call(t) for t in direct_texts])
+            rows.append({"model": served.model, "texts_per_request": size,
+                         "api": figures(api, size), "direct": figures(direct, size),
+                         "overhead": sum(api) / sum(direct) - 1})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--labelled", type=int, default=300, help="claims in L (default 300)")
+    ap.add_argument("--singles", type=int, default=30, help="one-text requests per arm (default 30)")
+    ap.add_argument("--batches", type=int, default=3, help="100-text requests per arm (default 3)")
+    args = ap.parse_args()
+    quiet_offline_env()
+    engine = get_engine(embedded_url(VAR_DIR / f"bench-api-{os.getpid()}", database="bench",
+                                     cleanup_mode="delete"))
+    train, pool = claims()
+    rng = np.random.default_rng(0)
+    pos = [c for c in train if c.label == 1][: args.labelled // 2]
+    neg = [c for c in train if c.label == 0][: args.labelled // 2]
+    lab = [x for pair in zip(pos, neg) for x in pair]
+    pool = [pool[i] for i in rng.permutation(len(pool))]
+    params = load_params(PARAMS_FILE)
+    rows = []
+    build_lineage(engine, "gemma", GEMMA, dict(params.get("scoring") or {}), lab)
+    rows += measure(engine, "gemma", params, pool, args.singles, args.batches)
+    with FakeOllama() as srv:
+        srv.latency = 0.05
+        entry = {"spec": OLLAMA, "host": srv.url, "concurrency": 4}
+        build_lineage(engine, "ollama", OLLAMA, {"host": srv.url, "concurrency": 4}, lab)
+        rows += measure(engine, "ollama", {"models": [entry]}, pool, args.singles, args.batches)
+    print(f"load average {os.getloadavg()[0]:.2f}; L = {len(lab)} claims, k = 10, paper NN-PPI")
+    print("| model | texts/request | API claims/s | API p50 ms | API p95 ms | direct claims/s "
+          "| direct p50 ms | direct p95 ms | API overhead |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        a, d = r["api"], r["direct"]
+        print(f"| {r['model']} | {r['texts_per_request']} | {a['claims_per_s']:.1f} | {a['p50_ms']:.0f} | "
+              f"{a['p95_ms']:.0f} | {d['claims_per_s']:.1f} | {d['p50_ms']:.0f} | {d['p95_ms']:.0f} | "
+              f"{r['overhead']:+.1%} |")
+    print(json.dumps({"bench": "api", "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

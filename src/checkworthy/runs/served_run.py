@@ -1,0 +1,266 @@
+"""Calibrate texts submitted over HTTP with a stored run, and store them like any other claim.
+
+A :class:`ServedRun` is a complete calibration run made ready for new texts: its model with the
+same prompt version and generation parameters (refused otherwise), its label set, and what the run
+fitted on L (the ``auto`` choice it recorded, the correction and predictor, the decide-or-review
+rule), fitted once when the server loads the run. A submission
+
+1. stores the texts and their MiniLM vectors, and scores those the model has not scored yet
+   (content-addressed: a repeated text is never scored twice);
+2. in one transaction stores each text as a claim of the lineage's dataset (split ``api``, source
+   id ``api:<request uid>:<position>``, in the target ``<dataset>:incoming``, so a person's label
+   for it joins the lineage like any newly arrived claim), finds its neighbours with the same SQL
+   kNN, applies the fitted calibration, and stores a run of mode ``served`` (parent: the served
+   run) with its results, review-queue entries and drift figure, and the request's row.
+
+The answer equals what a batch run of the same spec would give those claims (``compute``).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine
+
+from checkworthy.data.versioning import git_rev
+from checkworthy.method import nnppi
+from checkworthy.method.drift import drift
+from checkworthy.method.predictor_choice import PREDICTOR_RUNS, FittedCorrection
+from checkworthy.method.selective import ReviewRule
+from checkworthy.runs.calibration_run import (
+    LabelledPool,
+    RunContext,
+    apply_run,
+    fit_run,
+    is_paper_default,
+    labelled_pool,
+    neighbour_columns,
+    run_key,
+    start_run,
+)
+from checkworthy.runs.recalibration import spec_from_run
+from checkworthy.runs.review_queue import queue_run
+from checkworthy.runs.scoring import score_missing
+from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.registry import PromptInfo, make_scorer
+from checkworthy.store import lineages
+from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import complete_run, insert_results, load_run
+from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
+from checkworthy.store.knn import Neighbours, nearest_labelled
+from checkworthy.store.served_runs import insert_request, lineage_dataset
+
+SPLIT = "api"
+#: (model spec, params hash, prompt version) -> the scorer giving those scores, with its prompt
+ScorerSource = Callable[[str, str, str], tuple[Scorer, PromptInfo]]
+
+
+def matching_scorer(params: Mapping[str, Any], spec: str, params_hash: str, prompt_version: str,
+                    ) -> tuple[Scorer, PromptInfo]:
+    """The scorer of ``spec`` configured as params.yaml configures it that gives scores under
+    ``params_hash`` and ``prompt_version``: each ``models:`` entry of the spec in turn (its options
+    over ``scoring:``), then ``scoring:`` alone. ValueError when none does (the run's scores came
+    from settings params.yaml no longer has, or an older guidelines file)."""
+    base = dict(params.get("scoring") or {})
+    entries = [e for e in params.get("models") or [] if e.get("spec") == spec]
+    tried = []
+    for options in [base | {k: v for k, v in e.items() if k != "spec"} for e in entries] + [base]:
+        scorer, prompt = make_scorer(spec, **options)
+        if store.params_hash(scorer.params()) == params_hash and prompt[0] == prompt_version:
+            return scorer, prompt
+        tried.append(f"{prompt[0]}/{store.params_hash(scorer.params())[:12]}")
+    raise ValueError(f"params.yaml configures no {spec} that gives the run's scores (prompt version/"
+                     f"parameters {prompt_version}/{params_hash[:12]}; configured: {', '.join(tried)})")
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A labelled neighbour of a submitted text."""
+
+    claim_id: int
+    source_id: str
+    distance: float
+
+
+@dataclass(frozen=True)
+class SentenceResult:
+    """One submitted text: its claim, the model's score, theta, interval, decision and review flag
+    (all None when the model gave no usable score: a person decides)."""
+
+    position: int
+    text: str
+    claim_id: int
+    source_id: str
+    score: float | None = None
+    theta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    decision: int | None = None
+    review: bool = True
+    reason: str | None = None
+    neighbours: list[Neighbour] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a request stored and answered."""
+
+    request_uid: uuid.UUID
+    run_id: int | None
+    results: list[SentenceResult]
+    drift: Mapping[str, Any] | None
+
+
+class ServedRun:
+    """A complete run, loaded and fitted once, that calibrates submitted texts (thread-safe)."""
+
+    def __init__(self, engine: Engine, run_id: int, scorers: ScorerSource) -> None:
+        """Load run ``run_id``; ``scorers(model spec, params hash, prompt version)`` gives its scorer."""
+        self.engine, self.run_id = engine, run_id
+        self._score_lock = threading.Lock()
+        with engine.connect() as conn:
+            self.run = dict(load_run(conn, run_id))
+            if self.run["status"] != "complete":
+                raise ValueError(f"run {run_id} is {self.run['status']}, not complete")
+            self.lineage = lineages.label_set_name(conn, self.run["label_set_id"])
+            self.dataset = lineage_dataset(conn, self.run["label_set_id"])
+            self.model = store.model_spec(conn, self.run["model_id"])
+            self.scorer, self.prompt = scorers(self.model, self.run["params_hash"],
+                                               self.run["prompt_version"])
+            self._check_scorer()
+            self.spec = spec_from_run(self.run, self.run["label_set_id"], ())
+            params = self.run["params"] or {}
+            self.rule = ReviewRule.from_dict(params["review"]) if params.get("review") else None
+            self.threshold = (params.get("prior") or {}).get("threshold_on_theta", self.run["threshold"])
+            self.pool, self.fitted = self._fit(conn, params)
+        self.code_rev = git_rev()
+
+    def _check_scorer(self) -> None:
+        """The scorer must give the run's scores: same model, score kind, prompt, parameters."""
+        run, s = self.run, self.scorer
+        wrong = []
+        if s.spec != self.model:
+            wrong.append(f"model {s.spec} (the run's: {self.model})")
+        if run["score_kind"] not in s.score_kinds:
+            wrong.append(f"score kinds {', '.join(s.score_kinds)} (the run's: {run['score_kind']})")
+        if self.prompt[0] != run["prompt_version"]:
+            wrong.append(f"prompt version {self.prompt[0]} (the run's: {run['prompt_version']})")
+        if store.params_hash(s.params()) != run["params_hash"]:
+            wrong.append("generation parameters other than the run's")
+        if wrong:
+            raise ValueError(f"run {self.run_id} cannot be served with this scorer: " + "; ".join(wrong))
+
+    def _fit(self, conn: Connection, params: Mapping[str, Any],
+             ) -> tuple[LabelledPool, FittedCorrection | None]:
+        """L's leave-one-out lists (for the drift figure, and the correction) and the fitted
+        correction (None on the paper's path, which fits nothing)."""
+        spec = self.spec
+        if is_paper_default(spec):
+            return labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model), None
+        n_cols = neighbour_columns(spec.k, spec.interval_method, spec.correction)
+        pool = labelled_pool(conn, spec.label_set_id, spec.key, n_cols, spec.embed_model)
+        chosen = (params.get("auto_choice") or {}).get("chosen")
+        emb = claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model) if self._needs_embeddings(
+            chosen) else None
+        fc, _ = fit_run(spec, pool, emb, chosen)
+        return pool, fc
+
+    def _needs_embeddings(self, chosen: str | None) -> bool:
+        name = chosen if self.spec.correction == "auto" else self.spec.correction
+        return PREDICTOR_RUNS.get(name or "", ("",))[0] == "head"
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where an answer comes from: the run and its model, prompt, label set and code."""
+        r = self.run
+        return {"run_id": self.run_id, "lineage": self.lineage, "target": r["target"],
+                "label_set_id": r["label_set_id"], "label_set_fingerprint": r["label_set_fingerprint"],
+                "model": self.model, "score_kind": r["score_kind"], "prompt_version": r["prompt_version"],
+                "params_hash": r["params_hash"], "embed_model": r["embed_model"], "k": r["k"],
+                "alpha": r["alpha"], "threshold": self.threshold, "interval": r["interval_method"],
+                "correction": self.spec.correction, "run_code_rev": r["code_rev"], "code_rev": self.code_rev}
+
+    def calibrate(self, conn: Connection, claim_ids: Sequence[int],
+                  ) -> tuple[nnppi.NNPPIResult, Neighbours] | None:
+        """The served run's calibration of stored, scored, embedded claims (no writes); None when
+        none has a usable score. Rows follow the claims with a score, in claim id order."""
+        spec = self.spec
+        scores = store.claim_scores(conn, claim_ids, spec.key.model_id, spec.key.prompt_version,
+                                    spec.key.params_hash, spec.key.score_kind)
+        usable = sorted(i for i in claim_ids if scores.get(i) is not None)
+        if not usable:
+            return None
+        n_cols = spec.k if self.fitted is None else self.pool.cal.max_k
+        nb = nearest_labelled(conn, spec.label_set_id, usable, n_cols, spec.key, embed_model=spec.embed_model)
+        if len(nb.claim_ids) != len(usable):
+            raise RuntimeError("a submitted text has no embedding")
+        c = np.array([scores[int(i)] for i in nb.claim_ids], dtype=float)
+        if self.fitted is None:
+            return nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold), nb
+        emb = (claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model)
+               if self.fitted.predictor is not None and self.fitted.predictor.uses_embeddings else None)
+        theta_in = self.fitted.scores(c, emb)
+        return apply_run(spec, self.pool, self.fitted, nb, c, theta_in, self.threshold)
+
+    def submit(self, texts: Sequence[str], key_id: int, endpoint: str) -> Submission:
+        """Store, score, embed and calibrate ``texts`` (already validated); see the module."""
+        hashes = [store.sha256_text(t) for t in texts]
+        with self.engine.begin() as conn:
+            store.store_texts(conn, list(dict.fromkeys(texts)))
+            ensure_embeddings(conn, hashes)
+        with self._score_lock:  # one model, one batch at a time (the model is not thread-safe)
+            score_missing(self.engine, self.scorer, hashes, *self.prompt)
+        uid = uuid.uuid4()
+        with self.engine.begin() as conn:
+            claims = [store.NewClaim(self.dataset, SPLIT, f"api:{uid}:{i}", t) for i, t in enumerate(texts)]
+            ids = store.upsert_claims(conn, claims)
+            lineages.register_target(conn, f"{self.dataset}{lineages.INCOMING}", self.lineage, ids)
+            got = self.calibrate(conn, ids)
+            run_id, figure, by_claim = None, None, {}
+            if got is not None:
+                res, nb = got
+                run_id, figure = self._store_run(conn, uid, ids, res, nb)
+                names = store.claim_source_ids(conn, [int(n) for n in nb.neighbor_ids.ravel()])
+                for i, cid in enumerate(nb.claim_ids):
+                    by_claim[int(cid)] = self._result(i, res, nb, names)
+            insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids)
+        results = [replace(by_claim[cid], position=i, text=t, claim_id=cid, source_id=c.source_id)
+                   if cid in by_claim else SentenceResult(i, t, cid, c.source_id, reason="no usable score "
+                                                          "from the model: a person decides")
+                   for i, (t, cid, c) in enumerate(zip(texts, ids, claims))]
+        return Submission(uid, run_id, results, figure)
+
+    def _store_run(self, conn: Connection, uid: uuid.UUID, ids: Sequence[int], res: nnppi.NNPPIResult,
+                   nb: Neighbours) -> tuple[int, dict[str, Any]]:
+        """The request's run (mode ``served``), its results, queue entries and drift figure."""
+        spec = replace(self.spec, target=f"api:{uid}", claim_ids=tuple(sorted(int(i) for i in ids)))
+        fp = self.run["label_set_fingerprint"]
+        figure = drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict()
+        params: dict[str, Any] = {"correction": spec.correction, "served_run_id": self.run_id,
+                                  "n_claims": len(ids), "n_calibrated": len(nb.claim_ids),
+                                  "n_without_score": len(ids) - len(nb.claim_ids), "drift": figure}
+        run_id = start_run(conn, spec, run_key(spec, fp), fp, {"correction": spec.correction},
+                           RunContext(code_rev=self.code_rev), parent_run_id=self.run_id, mode="served")
+        insert_results(conn, run_id, nb.claim_ids, res, nb.neighbor_ids, nb.distances)
+        if self.rule is not None:
+            share = float(np.mean(self.rule.review(res.theta) == 0))
+            params["review"] = dict(self.run["params"]["review"]) | {"automated_share": share}
+            queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta)
+        complete_run(conn, run_id, params)
+        return run_id, figure
+
+    def _result(self, i: int, res: nnppi.NNPPIResult, nb: Neighbours, names: Mapping[int, str],
+                ) -> SentenceResult:
+        theta = float(res.theta[i])
+        review = bool(self.rule.review([theta])[0]) if self.rule is not None else False
+        return SentenceResult(
+            0, "", 0, "", score=float(res.score[i]), theta=theta, ci_low=float(res.ci_low[i]),
+            ci_high=float(res.ci_high[i]), decision=int(res.decision[i]), review=review,
+            reason=self.rule.reason(theta) if self.rule is not None else None,
+            neighbours=[Neighbour(int(n), names[int(n)], float(d))
+                        for n, d in zip(nb.neighbor_ids[i], nb.distances[i])])

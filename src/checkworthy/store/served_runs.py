@@ -1,0 +1,73 @@
+"""Which calibration run the API serves, and what each request stored.
+
+The API serves the newest complete run of a label-set lineage (optionally of one model, score
+kind, k, correction or interval): a recalibration after new labels is served from the next
+request on. A request's own run (mode ``served``) is never itself served.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+#: the run fields a server may be pinned to (``checkworthy serve --model ... --k ...``)
+SELECTORS = ("model", "score_kind", "k", "correction", "interval")
+
+
+def lineage_runs(conn: Connection, lineage: str, selection: Mapping[str, Any] | None = None,
+                 ) -> list[Mapping[str, Any]]:
+    """The complete, non-served runs of ``lineage`` that match ``selection``, newest first."""
+    sel = {name: (selection or {}).get(name) for name in SELECTORS}
+    return list(conn.execute(
+        text(
+            """SELECT r.id, r.target, m.spec AS model, r.score_kind, r.k, r.interval_method,
+                      coalesce(r.params->>'correction', 'paper') AS correction, r.label_set_id
+               FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
+               JOIN models m ON m.id = r.model_id
+               WHERE ls.name = :lineage AND r.status = 'complete' AND r.mode <> 'served'
+                 AND (CAST(:model AS text) IS NULL OR m.spec = :model)
+                 AND (CAST(:score_kind AS text) IS NULL OR r.score_kind = :score_kind)
+                 AND (CAST(:k AS int) IS NULL OR r.k = :k)
+                 AND (CAST(:correction AS text) IS NULL
+                      OR coalesce(r.params->>'correction', 'paper') = :correction)
+                 AND (CAST(:interval AS text) IS NULL OR r.interval_method = :interval)
+               ORDER BY r.id DESC"""
+        ),
+        {"lineage": lineage} | sel,
+    ).mappings())
+
+
+def calibrated_lineages(conn: Connection) -> list[str]:
+    """The label-set lineages with at least one complete run that could be served, by name."""
+    return list(conn.execute(text(
+        """SELECT DISTINCT ls.name FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
+           WHERE r.status = 'complete' AND r.mode <> 'served' ORDER BY ls.name""")).scalars())
+
+
+def lineage_dataset(conn: Connection, label_set_id: int) -> str:
+    """The dataset most of a label set's claims belong to (a request's claims join it)."""
+    return conn.execute(
+        text("""SELECT c.dataset FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+                WHERE i.label_set_id = :s GROUP BY c.dataset ORDER BY count(*) DESC, c.dataset LIMIT 1"""),
+        {"s": label_set_id},
+    ).scalar_one()
+
+
+def insert_request(conn: Connection, request_uid: uuid.UUID, key_id: int, endpoint: str,
+                   served_run_id: int, run_id: int | None, claim_ids: Sequence[int]) -> int:
+    """Record what a request stored; return its id."""
+    return conn.execute(
+        text("""INSERT INTO api_requests (request_uid, key_id, endpoint, served_run_id, run_id, claim_ids)
+                VALUES (:u, :k, :e, :s, :r, :c) RETURNING id"""),
+        {"u": request_uid, "k": key_id, "e": endpoint, "s": served_run_id, "r": run_id,
+         "c": [int(i) for i in claim_ids]},
+    ).scalar_one()
+
+
+def requests_of_key(conn: Connection, key_id: int) -> list[Mapping[str, Any]]:
+    """A key's requests, oldest first."""
+    return list(conn.execute(text("SELECT * FROM api_requests WHERE key_id = :k ORDER BY id"),
+                             {"k": key_id}).mappings())

@@ -1,0 +1,355 @@
+"""The HTTP API on a real uvicorn server on loopback, called by a real HTTP client.
+
+A real lineage: CLEF 2024 claims scored by the MiniLM logistic classifier (a real scorer that can
+score new texts), embedded by MiniLM, calibrated twice (the paper's NN-PPI, and ``auto`` with the
+Mondrian interval). Every answer is compared with a batch calibration of the same claims; keys,
+roles, limits and bad input are refused with a JSON error and nothing stored; concurrent requests
+lose and duplicate nothing; a batch from another domain raises the drift figure and its event.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from sqlalchemy import text
+
+from checkworthy.cli.main import main
+from checkworthy.config import PARAMS_FILE, load_params
+from checkworthy.data.datasets import normalise_text
+from checkworthy.runs.calibration_run import RunSpec, compute, run_calibration
+from checkworthy.runs.scoring import score_missing
+from checkworthy.scorers.registry import configured_scorer
+from checkworthy.serve.app import Limits, create_app
+from checkworthy.serve.served import Selection
+from checkworthy.store import api_keys, lineages
+from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_run
+from checkworthy.store.embeddings import ensure_embeddings
+from tests.conftest import table_counts
+from tests.test_drift import COOKING
+from tests.test_flows import _event_stored
+from tests.test_recalibrate import clef
+
+TAG = "t14-api"
+MODEL = "classifier:minilm-lr"
+LIMITS = Limits(max_chars=400, max_batch=40, max_body=10_000)
+
+
+class World:
+    """The lineage, its two calibration runs, held-out sentences to submit, and the keys."""
+
+    def __init__(self, engine) -> None:
+        train, dev = clef()
+        dev_texts = {normalise_text(c.text) for c in dev}
+        clean = [c for c in train if normalise_text(c.text) not in dev_texts]
+        rng = np.random.default_rng(14)
+        pos = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 1])[:80]]
+        neg = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 0])[:80]]
+        lab, self.dev = pos + neg, [c.text for c in dev[:60]]
+        self.lineage, target = f"{TAG}:calibration", f"{TAG}:test"
+        scorer, prompt = configured_scorer(load_params(PARAMS_FILE), MODEL)
+        with engine.begin() as conn:
+            lab_ids = store.store_claims_with_labels(
+                conn, [store.NewClaim(TAG, "train", c.source_id, c.text, c.label) for c in lab], "test")
+            t_ids = store.upsert_claims(conn, [store.NewClaim(TAG, "dev-test", c.source_id, c.text)
+                                               for c in dev[60:100]])
+            ensure_embeddings(conn, [store.sha256_text(c.text) for c in lab + dev[60:100]])
+            ls = store.create_label_set(conn, self.lineage, lab_ids)
+            lineages.register_target(conn, target, self.lineage, t_ids)
+            lineages.set_head(conn, self.lineage, ls, "initial")
+        hashes = [store.sha256_text(c.text) for c in lab + dev[60:100]]
+        key = score_missing(engine, scorer, hashes, *prompt)[2]["p_positive"]
+        base = RunSpec(target, tuple(sorted(t_ids)), ls, key, 5)
+        self.paper = run_calibration(engine, base)
+        self.auto = run_calibration(engine, RunSpec(target, base.claim_ids, ls, key, 5, interval_method="mondrian",
+                                                    correction="auto"))
+        with engine.begin() as conn:
+            (self.scorer_key, self.scorer), (_, self.auditor) = (
+                api_keys.create_key(conn, f"{TAG}-scorer", "scorer"),
+                api_keys.create_key(conn, f"{TAG}-auditor", "auditor"))
+
+
+class Server:
+    """``create_app`` under a real uvicorn server on a free loopback port, in a thread."""
+
+    def __init__(self, engine, selection: Selection) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        app = create_app(engine, selection, load_params(PARAMS_FILE), LIMITS)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        # the thread runs in a copy of this context: Prefect's settings (the test harness) included
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self.server.run,), daemon=True)
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                break
+            time.sleep(0.05)
+        assert self.server.started
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def world(engine):
+    return World(engine)
+
+
+@pytest.fixture(scope="module")
+def paper(engine, world):
+    s = Server(engine, Selection(world.lineage, {"correction": "paper"}))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def auto(engine, world):
+    s = Server(engine, Selection(world.lineage, {"correction": "auto"}))
+    yield s
+    s.close()
+
+
+def post(server: Server, path: str, body, key: str | None, **kw) -> httpx.Response:
+    headers = {} if key is None else {"X-API-Key": key}
+    return httpx.post(server.url + path, json=body, headers=headers, timeout=120, **kw)
+
+
+def assert_equals_batch(engine, world, served_run: int, body: dict) -> None:
+    """Each answer equals a batch calibration of the same claims with the served run's spec."""
+    from checkworthy.runs.recalibration import spec_from_run
+
+    ids = [r["claim_id"] for r in body["results"]]
+    with engine.connect() as conn:
+        run = load_run(conn, served_run)
+        _, res, nb, _ = compute(conn, spec_from_run(run, run["label_set_id"], ids))
+    order = {int(c): i for i, c in enumerate(nb.claim_ids)}
+    for r in body["results"]:
+        i = order[r["claim_id"]]
+        assert (r["theta"], r["ci_low"], r["ci_high"], r["decision"]) == (
+            float(res.theta[i]), float(res.ci_low[i]), float(res.ci_high[i]), int(res.decision[i]))
+        assert [n["claim_id"] for n in r["neighbours"]] == [int(x) for x in nb.neighbor_ids[i]]
+        assert r["score"] == min(1.0, max(0.0, r["theta"]))
+
+
+@pytest.mark.parametrize("which", ["paper", "auto"])
+def test_a_batch_is_answered_stored_and_equal_to_a_batch_run(engine, world, which, request):
+    server = request.getfixturevalue(which)
+    served_run = world.paper if which == "paper" else world.auto
+    r = post(server, "/score/sentences", {"sentences": world.dev[:20]}, world.scorer)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [x["index"] for x in body["results"]] == list(range(20))
+    assert [x["text"] for x in body["results"]] == [t.strip() for t in world.dev[:20]]
+    prov = body["served_run"]
+    assert prov["run_id"] == served_run and prov["model"] == MODEL and prov["lineage"] == world.lineage
+    assert {"prompt_version", "label_set_id", "label_set_fingerprint", "code_rev", "params_hash"} <= set(prov)
+    assert_equals_batch(engine, world, served_run, body)
+    with engine.connect() as conn:
+        run = load_run(conn, body["run_id"])
+        req = conn.execute(text("SELECT * FROM api_requests WHERE request_uid = :u"),
+                           {"u": body["request_id"]}).mappings().one()
+        claims = conn.execute(text("SELECT id, dataset, split, source_id FROM claims WHERE id = ANY(:c)"),
+                              {"c": req["claim_ids"]}).mappings().all()
+        incoming = lineages.target_claim_ids(conn, world.lineage)[f"{TAG}:incoming"]
+        queued = {q for (q,) in conn.execute(text("SELECT claim_id FROM review_queue WHERE run_id = :r"),
+                                              {"r": body["run_id"]})}
+    assert run["mode"] == "served" and run["parent_run_id"] == served_run and run["status"] == "complete"
+    assert run["params"]["drift"] == body["drift"] and "review" in run["params"]
+    assert req["key_id"] == world.scorer_key.id and req["run_id"] == body["run_id"]
+    assert req["claim_ids"] == [x["claim_id"] for x in body["results"]]
+    assert {(c["dataset"], c["split"]) for c in claims} == {(TAG, "api")}
+    assert set(req["claim_ids"]) <= set(incoming)  # a person's label for one joins the lineage
+    assert queued == {x["claim_id"] for x in body["results"] if x["review"]}
+
+
+def test_one_text_a_paragraph_and_claimbusters_path_form(paper, world):
+    one = post(paper, "/score/text", {"text": "  " + world.dev[0] + " "}, world.scorer).json()
+    assert len(one["results"]) == 1 and one["results"][0]["text"] == world.dev[0].strip()
+    para = "Mr. Smith said unemployment fell to 4.5% in 2016. That is false! We spent $1.5 billion on roads."
+    got = post(paper, "/score/paragraph", {"text": para}, world.scorer).json()
+    assert [x["text"] for x in got["results"]] == [
+        "Mr. Smith said unemployment fell to 4.5% in 2016.", "That is false!", "We spent $1.5 billion on roads."]
+    path = httpx.get(f"{paper.url}/score/text/Taxes went up by 20 percent", headers={"X-API-Key": world.scorer},
+                     timeout=60).json()
+    assert path["results"][0]["text"] == "Taxes went up by 20 percent"
+    assert one["request_id"] != got["request_id"] != path["request_id"]
+
+
+def test_explanations_for_scorer_and_auditor_keys(paper, world):
+    body = post(paper, "/score/text", {"text": world.dev[1]}, world.scorer).json()
+    sid = body["results"][0]["source_id"]
+    for key in (world.auditor, world.scorer):
+        r = httpx.get(f"{paper.url}/claims/{sid}/explanation", headers={"X-API-Key": key}, timeout=60)
+        assert r.status_code == 200, r.text
+        d = r.json()["decisions"][0]
+        assert d["run_id"] == body["run_id"] and len(d["neighbours"]) == 5
+        assert f"run {body['run_id']}" in d["explanation"]
+    missing = httpx.get(f"{paper.url}/claims/no-such-claim/explanation", headers={"X-API-Key": world.auditor},
+                        timeout=60)
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "claim"
+
+
+def test_health_readiness_metrics_and_openapi(paper, world):
+    assert httpx.get(f"{paper.url}/health").json() == {"status": "ok"}
+    ready = httpx.get(f"{paper.url}/health/ready", timeout=60).json()
+    assert ready["status"] == "ready" and ready["served_run"]["run_id"] == world.paper
+    post(paper, "/score/sentences", {"sentences": world.dev[:3]}, world.scorer)
+    metrics = httpx.get(f"{paper.url}/metrics").text
+    assert 'checkworthy_api_claims_total{endpoint="sentences"}' in metrics
+    assert "checkworthy_api_claims_review_total" in metrics and "checkworthy_api_drift_share" in metrics
+    assert 'http_requests_total{handler="/score/sentences",method="POST",status="2xx"}' in metrics
+    spec = httpx.get(f"{paper.url}/openapi.json").json()
+    assert {"/score/text", "/score/sentences", "/score/paragraph", "/claims/{claim}/explanation"} <= set(spec["paths"])
+    assert httpx.get(f"{paper.url}/docs").status_code == 200
+
+
+REFUSED = [
+    ("/score/text", {"text": ""}, 422, "text"),
+    ("/score/text", {"text": "   \n "}, 422, "text"),
+    ("/score/text", {"text": "x" * 401}, 422, "text"),
+    ("/score/text", {"text": 5}, 422, "text"),
+    ("/score/text", {"text": "ok", "extra": 1}, 422, "extra"),
+    ("/score/text", {}, 422, "text"),
+    ("/score/text", {"text": "a\x00b"}, 422, "text"),
+    ("/score/sentences", {"sentences": []}, 422, "sentences"),
+    ("/score/sentences", {"sentences": "one string"}, 422, "sentences"),
+    ("/score/sentences", {"sentences": ["fine", 3]}, 422, "sentences[1]"),
+    ("/score/sentences", {"sentences": ["fine", " "]}, 422, "sentences[1]"),
+    ("/score/sentences", {"sentences": ["s"] * 41}, 422, "sentences"),
+    ("/score/sentences", {"sentences": ["y" * 300] * 40}, 413, "body"),
+    ("/score/paragraph", {"text": "Short one. " + "z" * 500 + "."}, 422, "text"),
+    ("/score/paragraph", {"text": ""}, 422, "text"),
+]
+
+
+def test_bad_input_is_refused_with_a_json_error_and_nothing_stored(engine, paper, world):
+    before = table_counts(engine)
+    for path, body, status, field in REFUSED:
+        r = post(paper, path, body, world.scorer)
+        assert r.status_code == status, (path, body, r.text)
+        err = r.json()["error"]
+        assert err["field"] == field and err["message"] and "\n" not in err["message"], (path, body, err)
+    raw = httpx.post(paper.url + "/score/text", content=b"{not json", timeout=30,
+                     headers={"X-API-Key": world.scorer, "Content-Type": "application/json"})
+    assert raw.status_code == 422 and raw.json()["error"]["code"] == "invalid"
+    assert table_counts(engine) == before
+
+
+def test_keys_missing_wrong_revoked_and_an_auditor_submitting(engine, paper, world, use_db, capsys):
+    before = table_counts(engine)
+    body = {"text": world.dev[2]}
+    assert post(paper, "/score/text", body, None).json()["error"]["code"] == "missing_key"
+    assert post(paper, "/score/text", body, "cwk_wrong").status_code == 401
+    r = post(paper, "/score/text", body, world.auditor)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    assert table_counts(engine) == before
+    assert main(["keys", "create", f"{TAG}-temp", "--role", "scorer"]) == 0
+    secret = capsys.readouterr().out.split(": ", 1)[1].split()[0]
+    assert post(paper, "/score/text", body, secret).status_code == 200
+    assert main(["keys", "revoke", f"{TAG}-temp"]) == 0
+    assert post(paper, "/score/text", body, secret).json()["error"]["code"] == "invalid_key"  # at once
+    assert main(["keys", "revoke", f"{TAG}-temp"]) == 0 and "already" in capsys.readouterr().out
+    assert main(["keys", "create", f"{TAG}-temp", "--role", "scorer"]) == 2  # names are never reused
+    assert main(["keys", "create", "bad name", "--role", "scorer"]) == 2
+    assert main(["keys", "revoke", "nobody"]) == 2
+    assert main(["keys", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert f"{TAG}-temp\tscorer" in listing and "revoked" in listing and secret not in listing
+    with engine.connect() as conn:
+        hashes = conn.execute(text("SELECT key_hash FROM api_keys")).scalars().all()
+    assert api_keys.key_hash(secret) in hashes and secret not in hashes
+
+
+def test_concurrent_requests_lose_and_duplicate_nothing(engine, paper, world):
+    with engine.connect() as conn:
+        n0 = conn.execute(text("SELECT count(*) FROM claims WHERE split = 'api'")).scalar_one()
+    batches = [world.dev[i: i + 3] for i in range(0, 48, 3)]  # 16 requests, some texts repeated below
+    batches += [world.dev[:3]] * 4
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda b: post(paper, "/score/sentences", {"sentences": b}, world.scorer), batches))
+    assert all(a.status_code == 200 for a in answers)
+    bodies = [a.json() for a in answers]
+    ids = [r["claim_id"] for b in bodies for r in b["results"]]
+    assert len(ids) == len(set(ids)) == 3 * len(batches)
+    with engine.connect() as conn:
+        n1 = conn.execute(text("SELECT count(*) FROM claims WHERE split = 'api'")).scalar_one()
+        stored = {int(c) for (c,) in conn.execute(text(
+            "SELECT unnest(claim_ids) FROM api_requests WHERE request_uid = ANY(CAST(:u AS uuid[]))"),
+            {"u": [b["request_id"] for b in bodies]})}
+        results = conn.execute(text("SELECT count(*) FROM calibrated_results WHERE run_id = ANY(:r)"),
+                               {"r": [b["run_id"] for b in bodies]}).scalar_one()
+    assert n1 - n0 == len(ids) and stored == set(ids) and results == len(ids)
+    same = [b["results"][i]["theta"] for b in bodies[-4:] for i in range(3)]
+    assert same == [bodies[0]["results"][i]["theta"] for i in range(3)] * 4  # the same text, the same answer
+
+
+def test_a_batch_from_another_domain_raises_the_drift_figure_and_event(engine, world, harness):
+    server = Server(engine, Selection(world.lineage, {"correction": "paper"}))
+    try:
+        same = post(server, "/score/sentences", {"sentences": world.dev[20:40]}, world.scorer).json()
+        other = post(server, "/score/sentences", {"sentences": COOKING[:20]}, world.scorer).json()
+    finally:
+        server.close()
+    assert not same["drift"]["alert"] and same["drift"]["share"] <= same["drift"]["tolerance"]
+    assert other["drift"]["alert"] and other["drift"]["share"] >= 0.9
+    for body, stored in ((other, True), (same, False)):
+        event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{body['run_id']}"))
+        assert _event_stored(event) is stored
+
+
+def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "checkworthy")
+    env = os.environ | {"DATABASE_URL": db_url}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bad = [(["--lineage", "no-such-lineage"], "no calibrated lineage of that name"),
+           (["--lineage", world.lineage, "--model", "classifier:nothing"], "no complete calibration run"),
+           (["--lineage", world.lineage, "--run", "999999"], "no complete calibration run"),
+           (["--lineage", world.lineage, "--port", "0"], "--port"),
+           (["--lineage", world.lineage, "--k", "five"], "--k")]
+    for args, message in bad:
+        done = subprocess.run([exe, "serve", *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
+            (args, done.stderr)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        done = subprocess.run([exe, "serve", "--lineage", world.lineage, "--port", str(taken)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "cannot listen there" in done.stderr
+    proc = subprocess.Popen([exe, "serve", "--lineage", world.lineage, "--model", MODEL, "--k", "5",
+                             "--correction", "paper", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(240):
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        assert ready.json()["served_run"]["run_id"] == world.paper
+        r = httpx.post(f"http://127.0.0.1:{port}/score/text", json={"text": world.dev[5]},
+                       headers={"X-API-Key": world.scorer}, timeout=60)
+        assert r.status_code == 200 and r.json()["served_run"]["run_id"] == world.paper
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert f"serving run {world.paper} of {world.lineage}" in out
