@@ -1,71 +1,202 @@
-"""SQL batch kNN (pgvector, one statement) versus numpy brute force at ClaimBuster sizes.
+"""kNN in SQL (exact and HNSW) against numpy brute force, at ClaimBuster size and at scale.
 
-2,745 query claims (the 2016 test split) against 1,314 labelled claims (the 2012 calibration
-set), k in {3, 5, 10}, 384-d unit vectors (seeded random: the cost does not depend on the
-values). Prints wall times and their ratio; run with ``.venv/bin/python bench/bench_knn.py``.
+Vectors are embedding-like: MiniLM vectors of the datasets' own sentences (ClaimBuster and CLEF
+2024, distinct texts). The labelled set is made of real sentences; query claims are other real
+sentences' vectors plus small Gaussian noise (sd 0.02 per coordinate, re-normalised), generated in
+SQL. Everything goes through the real tables and :func:`checkworthy.store.knn.nearest_labelled`.
+
+- ``ClaimBuster``: 2,745 queries x 1,314 labelled, k = 10: exact SQL, HNSW SQL, numpy.
+- ``scale``: 25,000 labelled x 1,000,000 queries (``--quick``: 5,000 x 50,000), k = 10. HNSW SQL
+  over every query, in chunks of 10,000 on ``--workers`` connections at once; exact SQL and numpy
+  on an evenly spaced sample of ``--sample`` queries, extrapolated; recall@10 of HNSW against exact
+  on that sample.
+
+Prints a table and a JSON line. Run from the repository root:
+``.venv/bin/python -m bench.bench_knn [--quick]`` (the sentences' vectors are computed once and
+kept in var/cache/bench-knn-vectors.npy).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import bindparam, text
 
 from checkworthy.config import VAR_DIR, quiet_offline_env
+from checkworthy.data.datasets import load_claimbuster, load_clef, normalise_text
 from checkworthy.scorers.base import OK, Score
+from checkworthy.scorers.sentence_encoder import embed
 from checkworthy.store import rows as store
 from checkworthy.store.engine import embedded_url, get_engine
-from checkworthy.store.knn import nearest_labelled
+from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
+from tests.conftest import raw_path
 
-N_L, N_Q, DIM = 1314, 2745, 384
+K, DIM, NOISE, CHUNK = 10, 384, 0.02, 10_000
+CACHE = VAR_DIR / "cache" / "bench-knn-vectors.npy"
+
+
+def sentence_vectors() -> np.ndarray:
+    """MiniLM vectors of every distinct sentence of ClaimBuster and CLEF 2024 (cached)."""
+    if CACHE.exists():
+        return np.load(CACHE)
+    cb, _ = load_claimbuster(raw_path("claimbuster", "crowdsourced.csv"))
+    texts: dict[str, str] = {}
+    for name in ("train", "dev", "dev-test"):
+        clef, _ = load_clef(raw_path("clef2024", f"CT24_checkworthy_english_{name}.tsv"), name)
+        texts |= {normalise_text(c.text): c.text for c in clef}
+    texts |= {normalise_text(c.text): c.text for c in cb}
+    t0 = time.perf_counter()
+    vecs = embed(list(texts.values())).astype(np.float32)
+    print(f"embedded {len(vecs):,} sentences in {time.perf_counter() - t0:.0f} s")
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    np.save(CACHE, vecs)
+    return vecs
+
+
+def store_world(engine, tag: str, labelled: np.ndarray, base: np.ndarray, n_queries: int,
+                ) -> tuple[int, store.ScoreKey, list[int]]:
+    """L (real vectors, scored, a label set) and ``n_queries`` query claims around ``base``."""
+    insert = text("INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, 'all-MiniLM-L6-v2', :v)"
+                  ).bindparams(bindparam("v", type_=Vector(DIM)))
+    names = [f"{tag} labelled {i}" for i in range(len(labelled))]
+    with engine.begin() as conn:
+        ids = store.store_claims_with_labels(
+            conn, [store.NewClaim(tag, "labelled", str(i), t, i % 2) for i, t in enumerate(names)], "bench")
+        conn.execute(insert, [{"h": store.sha256_text(t), "v": v} for t, v in zip(names, labelled)])
+        ls = store.create_label_set(conn, f"{tag}:L", ids)
+        model = store.ensure_model(conn, f"file:{tag}", "file")
+        store.insert_predictions(conn, model, "none", {}, [
+            (store.sha256_text(t), {"imported": Score(0.5, OK, "")}) for t in names])
+        conn.execute(text("CREATE TEMP TABLE base (i int PRIMARY KEY, v vector(384))"))
+        conn.execute(text("INSERT INTO base VALUES (:i, :v)").bindparams(bindparam("v", type_=Vector(DIM))),
+                     [{"i": i, "v": v} for i, v in enumerate(base)])
+        conn.execute(text("SELECT setseed(0.13)"))
+        name = "convert_to(:tag || ' query ' || i, 'UTF8')"
+        conn.execute(text(
+            f"""INSERT INTO texts (text_hash, text)
+                SELECT encode(sha256({name}), 'hex'), :tag || ' query ' || i
+                FROM generate_series(0, :n - 1) AS i"""), {"tag": tag, "n": n_queries})
+        q_ids = conn.execute(text(
+            f"""INSERT INTO claims (dataset, split, source_id, text_hash)
+                SELECT :tag, 'query', 'q' || i, encode(sha256({name}), 'hex')
+                FROM generate_series(0, :n - 1) AS i RETURNING id"""),
+            {"tag": tag, "n": n_queries}).scalars().all()
+        gauss = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"  # Box-Muller
+        conn.execute(text(
+            f"""INSERT INTO embeddings (text_hash, model, embedding)
+                SELECT encode(sha256({name}), 'hex'), 'all-MiniLM-L6-v2',
+                       l2_normalize(b.v + ARRAY(SELECT :s * {gauss} + 0 * i  -- per row, not once
+                                                FROM generate_series(1, 384))::vector(384))
+                FROM generate_series(0, :n - 1) AS i JOIN base b ON b.i = i % :nb"""),
+            {"tag": tag, "n": n_queries, "nb": len(base), "s": NOISE})
+    key = store.ScoreKey(model, "none", store.params_hash({}), "imported")
+    return ls, key, sorted(q_ids)
+
+
+def query_vectors(engine, ids: list[int]) -> np.ndarray:
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            """SELECT e.embedding FROM unnest(CAST(:c AS bigint[])) WITH ORDINALITY AS u(id, o)
+               JOIN claims c ON c.id = u.id JOIN embeddings e ON e.text_hash = c.text_hash ORDER BY u.o"""),
+            {"c": ids}).scalars().all()
+    return np.stack([np.asarray(r, dtype=np.float32) for r in rows])
+
+
+def knn_sql(engine, ls: int, key: store.ScoreKey, ids: list[int], knn: KnnPath, workers: int,
+            ) -> tuple[float, np.ndarray]:
+    """Wall time and neighbour ids of the SQL kNN of ``ids``, in chunks on ``workers`` connections."""
+    step = min(CHUNK, -(-len(ids) // workers))  # every connection busy, even on a small batch
+    chunks = [ids[i: i + step] for i in range(0, len(ids), step)]
+
+    def one(chunk: list[int]) -> np.ndarray:
+        with engine.begin() as conn:
+            return nearest_labelled(conn, ls, chunk, K, key, knn=knn).neighbor_ids
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        out = list(pool.map(one, chunks))
+    return time.perf_counter() - t0, np.concatenate(out)
+
+
+def knn_numpy(queries: np.ndarray, labelled: np.ndarray, ids: np.ndarray) -> tuple[float, np.ndarray]:
+    """Brute force: (1 - cosine) for unit vectors, top k by argpartition then sort."""
+    t0 = time.perf_counter()
+    dist = 1.0 - queries @ labelled.T
+    part = np.argpartition(dist, K, axis=1)[:, :K]
+    order = np.take_along_axis(part, np.argsort(np.take_along_axis(dist, part, 1), axis=1), 1)
+    return time.perf_counter() - t0, ids[order]
+
+
+def recall(approx: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(e)) / K for a, e in zip(approx, exact)]))
+
+
+def label_ids(engine, ls: int) -> np.ndarray:
+    with engine.connect() as conn:
+        return np.array(store.label_set_claims(conn, ls), dtype=np.int64)
+
+
+def size(engine, tag: str, vecs: np.ndarray, n_l: int, n_q: int, sample: int, workers: int,
+         ef: int) -> dict[str, Any]:
+    """One size: build, time the three paths, measure recall."""
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(vecs))
+    labelled, base = vecs[order[:n_l]], vecs[order[n_l: n_l + min(5000, len(vecs) - n_l)]]
+    t0 = time.perf_counter()
+    ls, key, q_ids = store_world(engine, tag, labelled, base, n_q)
+    stored = time.perf_counter() - t0
+    l_ids = label_ids(engine, ls)
+    hnsw = KnnPath("hnsw", ef)
+    t0 = time.perf_counter()
+    with engine.begin() as conn:  # the first HNSW call copies L's vectors into the index
+        nearest_labelled(conn, ls, q_ids[:1], K, key, knn=hnsw)
+    build = time.perf_counter() - t0
+    picks = np.unique(np.linspace(0, n_q - 1, min(sample, n_q)).astype(int))
+    s_ids = [q_ids[i] for i in picks]
+    t_exact, exact = knn_sql(engine, ls, key, s_ids, EXACT, workers)
+    t_np, by_np = knn_numpy(query_vectors(engine, s_ids), labelled, l_ids)
+    t_hnsw, approx = knn_sql(engine, ls, key, q_ids, hnsw, workers)
+    scale = n_q / len(s_ids)
+    return {"size": tag, "labelled": n_l, "queries": n_q, "k": K, "workers": workers, "ef_search": ef,
+            "store_s": stored, "index_build_s": build, "sample": len(s_ids),
+            "exact_sql_s": t_exact * scale, "numpy_s": t_np * scale, "hnsw_sql_s": t_hnsw,
+            "exact_over_numpy": t_exact / t_np, "hnsw_over_numpy": t_hnsw / (t_np * scale),
+            "hnsw_claims_per_s": n_q / t_hnsw, "recall_at_10": recall(approx[picks], exact),
+            "exact_agrees_with_numpy": float(np.mean(exact == by_np)),
+            "extrapolated": len(s_ids) < n_q}
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="5,000 x 50,000 at scale (about a minute or two)")
+    ap.add_argument("--workers", type=int, default=2, help="connections at once (default 2: the cores)")
+    ap.add_argument("--ef-search", type=int, default=100)
+    ap.add_argument("--sample", type=int, default=2000, help="queries timed on the exact paths at scale")
+    args = ap.parse_args()
     quiet_offline_env()
-    engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-{os.getpid()}", "bench", cleanup_mode="delete"))
-    rng = np.random.default_rng(0)
-    vecs = rng.normal(size=(N_L + N_Q, DIM)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    texts = [f"bench claim {i}" for i in range(N_L + N_Q)]
-    with engine.begin() as conn:
-        ids = store.store_claims_with_labels(
-            conn,
-            [store.NewClaim("bench", "x", str(i), t, int(i % 3 == 0)) for i, t in enumerate(texts)],
-            "bench",
-        )
-        from pgvector.sqlalchemy import Vector
-        from sqlalchemy import bindparam, text
-
-        conn.execute(
-            text(
-                "INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, 'all-MiniLM-L6-v2', :v)"
-            ).bindparams(bindparam("v", type_=Vector(DIM))),
-            [{"h": store.sha256_text(t), "v": v} for t, v in zip(texts, vecs)],
-        )
-        ls = store.create_label_set(conn, "bench", ids[:N_L])
-        model = store.ensure_model(conn, "file:bench", "file")
-        store.insert_predictions(
-            conn, model, "none", {}, [(store.sha256_text(t), {"imported": Score(0.5, OK, "")}) for t in texts]
-        )
-    key = store.ScoreKey(model, "none", store.params_hash({}), "imported")
-    q_ids = ids[N_L:]
-    print(f"queries {N_Q} x labelled {N_L}, dim {DIM}")
-    print(f"{'k':>3} {'SQL (s)':>9} {'numpy (s)':>10} {'SQL/numpy':>10} {'agree':>7}")
-    for k in (3, 5, 10):
-        with engine.connect() as conn:
-            nearest_labelled(conn, ls, q_ids[:50], k, key)  # warm-up
-            t0 = time.perf_counter()
-            nb = nearest_labelled(conn, ls, q_ids, k, key)
-            t_sql = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        dist = 1.0 - vecs[N_L:] @ vecs[:N_L].T
-        part = np.argpartition(dist, k, axis=1)[:, :k]
-        order = np.take_along_axis(part, np.argsort(np.take_along_axis(dist, part, 1), axis=1), 1)
-        t_np = time.perf_counter() - t0
-        agree = np.mean(np.array(ids[:N_L])[order] == nb.neighbor_ids)
-        print(f"{k:>3} {t_sql:>9.3f} {t_np:>10.3f} {t_sql / t_np:>10.1f} {agree:>7.3f}")
+    vecs = sentence_vectors()
+    engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-knn-{os.getpid()}", "bench", cleanup_mode="delete"))
+    n_l, n_q = (5_000, 50_000) if args.quick else (25_000, 1_000_000)
+    rows = [size(engine, "claimbuster", vecs, 1314, 2745, 2745, args.workers, args.ef_search),
+            size(engine, "scale", vecs, n_l, n_q, args.sample, args.workers, args.ef_search)]
     engine.dispose()
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.workers} connections; k = {K}; HNSW m 16, "
+          f"ef_construction 64, ef_search {args.ef_search}")
+    print("| size | L x queries | exact SQL s | numpy s | exact / numpy | HNSW SQL s | HNSW claims/s | "
+          "recall@10 | index build s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        star = " (sampled)" if r["extrapolated"] else ""
+        print(f"| {r['size']} | {r['labelled']:,} x {r['queries']:,} | {r['exact_sql_s']:.2f}{star} | "
+              f"{r['numpy_s']:.2f}{star} | {r['exact_over_numpy']:.1f} | {r['hnsw_sql_s']:.2f} | "
+              f"{r['hnsw_claims_per_s']:,.0f} | {r['recall_at_10']:.4f} | {r['index_build_s']:.1f} |")
+    print(json.dumps({"bench": "knn", "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -148,9 +148,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
     from checkworthy.runs.calibration_run import check_methods
     from checkworthy.runs.own_scores import Review, calibrate_files, read_scored_csv
+    from checkworthy.store.knn import KnnPath
 
     try:
-        check_methods(args.interval, args.correction, "labelled", args.review_risk, args.max_risk, args.delta)
+        check_methods(args.interval, args.correction, "labelled", args.review_risk, args.max_risk, args.delta,
+                      args.knn, args.ef_search)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -164,7 +166,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
                               Path(args.out), alpha=args.alpha, threshold=args.threshold,
                               interval=args.interval, correction=args.correction,
-                              review=Review(args.review_risk, args.max_risk, args.delta))
+                              review=Review(args.review_risk, args.max_risk, args.delta),
+                              knn=KnnPath(args.knn, args.ef_search))
     print_outcome(outcome, args, f"interval {args.interval}, correction {args.correction}")
     return 0
 
@@ -225,11 +228,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 2
     params = load_params(Path(args.params)) if args.params else {}
     options = ("model", "score_kind", "k", "alpha", "threshold", "interval", "correction", "prior",
-               "review_risk", "max_risk", "delta")
+               "review_risk", "max_risk", "delta", "knn", "ef_search")
     given = {name: getattr(args, name) for name in options}
     rec = Recommended.from_params(params, **given)
     try:
-        check_methods(rec.interval, rec.correction, rec.prior, rec.review_risk, rec.max_risk, rec.delta)
+        check_methods(rec.interval, rec.correction, rec.prior, rec.review_risk, rec.max_risk, rec.delta,
+                      rec.knn, rec.ef_search)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -475,6 +479,15 @@ def add_review_options(p: argparse.ArgumentParser, defaults: tuple[str | None, f
                    help="the chance over the labelled file that the bound fails, in (0, 1); default 0.1")
 
 
+def add_knn_options(p: argparse.ArgumentParser, defaults: tuple[str | None, int | None]) -> None:
+    """How neighbours are found: the exact top-k or pgvector's HNSW index (recall recorded)."""
+    p.add_argument("--knn", choices=("exact", "hnsw"), default=defaults[0],
+                   help="exact (a top-k over every labelled claim, the default) or hnsw (pgvector's HNSW "
+                        "index: approximate, for large labelled sets; the run records its recall@k)")
+    p.add_argument("--ef-search", type=positive_int, default=defaults[1],
+                   help="HNSW candidates per search, 1-1000 (default 100): more is slower, closer to exact")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrors(prog="checkworthy", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -540,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or auto: platt, head-cv or cv, whichever has the best cross-validated "
                         "positive-class F1 on the labelled file")
     add_review_options(c, ("error", 0.1, 0.1))
+    add_knn_options(c, ("exact", 100))
     c.set_defaults(func=cmd_calibrate)
 
     pr = sub.add_parser("predict", help="the recommended path: score your labelled and unlabelled claims "
@@ -559,6 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="decide for the labelled file's share of check-worthy claims (labelled) or for the "
                          "batch's, estimated under label shift (batch); default: predict.prior")
     add_review_options(pr, (None, None, None))
+    add_knn_options(pr, (None, None))
     pr.set_defaults(func=cmd_predict)
 
     ev = sub.add_parser("evaluate", help="every predictor on every held-out event (ClaimBuster 2016 debates, "

@@ -76,7 +76,8 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
                     runs.append(calibrate_task(
                         target, claim_ids, lin["label_set_id"], key, k, params["alpha"], params["threshold"],
                         params.get("interval", "z"), dv, verdict["validation_run_id"], db_url,
-                        params.get("correction", "paper")))
+                        params.get("correction", "paper"), params.get("knn", "exact"),
+                        params.get("ef_search", 100)))
     return runs
 
 

@@ -73,7 +73,8 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
         runs = [calibrate_task(p["target"], p["test_ids"], p["label_set_id"], key, k, params["alpha"],
                                params["threshold"], params.get("interval", "z"), dv,
                                verdicts[p["lineage"]]["validation_run_id"], db_url,
-                               params.get("correction", "paper"))
+                               params.get("correction", "paper"), params.get("knn", "exact"),
+                               params.get("ef_search", 100))
                 for p in prepared if verdicts[p["lineage"]]["success"] for key in keys for k in params["k"]]
         out = {"runs": runs, "blocked": sorted(n for n, v in verdicts.items() if not v["success"])}
         write_json(METRICS / "calibration.json", out)

@@ -148,12 +148,13 @@ def announce_drift(db_url: str | None, run_ids: list[int]) -> None:
 def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
                    alpha: float, threshold: float, interval: str, dv: int | None,
                    validation_run_id: int | None, db_url: str | None,
-                   correction: str = "paper") -> dict[str, Any]:
+                   correction: str = "paper", knn: str = "exact", ef_search: int = 100) -> dict[str, Any]:
     """One calibration, brought up to date: reused, incremental from the previous run, or full."""
     spec = RunSpec(target=target, claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
                    key=store.ScoreKey(key["model_id"], key["prompt_version"], key["params_hash"],
                                       key["score_kind"]),
-                   k=k, alpha=alpha, threshold=threshold, interval_method=interval, correction=correction)
+                   k=k, alpha=alpha, threshold=threshold, interval_method=interval, correction=correction,
+                   knn=knn, ef_search=ef_search)
     out = recalibration.recalibrate(engine_for(db_url), spec, run_context(dv),
                                     validation_run_id=validation_run_id)
     if out.mode != "reused":

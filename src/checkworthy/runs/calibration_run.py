@@ -45,7 +45,7 @@ from checkworthy.store.calibration_runs import (
     unlock_run_key,
 )
 from checkworthy.store.embeddings import claim_embeddings
-from checkworthy.store.knn import Neighbours, load_pool, nearest_labelled
+from checkworthy.store.knn import EXACT, KnnPath, Neighbours, load_pool, nearest_labelled
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
     ScoreKey,
@@ -81,6 +81,14 @@ class RunSpec:
     review_risk: str = "error"
     max_risk: float = 0.1
     delta: float = 0.1
+    #: how neighbours are found (:class:`checkworthy.store.knn.KnnPath`): ``exact`` or ``hnsw``
+    #: with its ``ef_search``; an HNSW run records its recall against the exact path
+    knn: str = "exact"
+    ef_search: int = 100
+
+    @property
+    def knn_path(self) -> KnnPath:
+        return KnnPath(self.knn, self.ef_search)
 
 
 @dataclass
@@ -101,10 +109,12 @@ def run_key(spec: RunSpec, fingerprint: str) -> str:
 
 
 def key_of(body: dict[str, Any]) -> str:
-    """The run key of a spec's fields: L's prior, the default, is left out, so runs stored before
-    the field existed keep their keys."""
+    """The run key of a spec's fields: L's prior and the exact kNN, the defaults, are left out, so
+    runs stored before those fields existed keep their keys."""
     if body.get("prior") == "labelled":
         body = {k: v for k, v in body.items() if k != "prior"}
+    if body.get("knn", "exact") == "exact":
+        body = {k: v for k, v in body.items() if k not in ("knn", "ef_search")}
     return sha256_text(json.dumps(body, sort_keys=True, default=str))
 
 
@@ -115,7 +125,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     run when it completes: counts and, for methods other than the paper's, what was fitted).
     """
     check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
-                  spec.delta)
+                  spec.delta, spec.knn, spec.ef_search)
     scores = claim_scores(
         conn, spec.claim_ids, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
         spec.key.score_kind,
@@ -125,12 +135,12 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     if not is_paper_default(spec):  # L's leave-one-out lists, as long as the interval needs
         pool = labelled_pool(conn, spec.label_set_id, spec.key,
                              neighbour_columns(spec.k, spec.interval_method, spec.correction),
-                             spec.embed_model)
+                             spec.embed_model, spec.knn_path)
         if pool.cal.max_k < spec.k:
             raise ValueError(f"label set {spec.label_set_id} has fewer than k={spec.k} scored, embedded "
                              "claims besides each one")
     nb = nearest_labelled(conn, spec.label_set_id, usable, spec.k if pool is None else pool.cal.max_k,
-                          spec.key, embed_model=spec.embed_model)
+                          spec.key, embed_model=spec.embed_model, knn=spec.knn_path)
     if len(nb.claim_ids) != len(usable):
         raise ValueError(f"{len(usable) - len(nb.claim_ids)} claims of {spec.target} have no embedding")
     c = np.array([scores[i] for i in nb.claim_ids], dtype=float)
@@ -138,6 +148,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
         "n_claims": len(spec.claim_ids),
         "n_calibrated": len(usable),
         "n_without_score": len(spec.claim_ids) - len(usable),
+        "knn": knn_record(conn, spec, nb),
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
@@ -150,6 +161,25 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     res, used, fitted = compute_methods(spec, pool, nb, c, emb)
     drift_figure = drift_params(pool.cal.dist[:, 0], used.distances[:, 0])
     return used.claim_ids, res, used, counts | fitted | drift_figure
+
+
+#: how many of a run's claims its HNSW recall is measured on (exact kNN for them)
+RECALL_SAMPLE = 200
+
+
+def knn_record(conn: Connection, spec: RunSpec, nb: Neighbours) -> dict[str, Any]:
+    """What the run records about its kNN path; for HNSW, recall@k against the exact path on an
+    evenly spaced sample of its claims (every claim up to :data:`RECALL_SAMPLE`): the share of
+    each sampled claim's exact k nearest that the index found, averaged."""
+    out = spec.knn_path.as_dict()
+    if spec.knn == "exact" or not len(nb.claim_ids):
+        return out
+    k = nb.neighbor_ids.shape[1]
+    rows = np.unique(np.linspace(0, len(nb.claim_ids) - 1, min(RECALL_SAMPLE, len(nb.claim_ids))).astype(int))
+    exact = nearest_labelled(conn, spec.label_set_id, nb.claim_ids[rows].tolist(), k, spec.key,
+                             embed_model=spec.embed_model)
+    found = [len(set(a) & set(e)) / k for a, e in zip(nb.neighbor_ids[rows], exact.neighbor_ids)]
+    return out | {"recall_at_k": float(np.mean(found)), "k": int(k), "recall_sample": len(rows)}
 
 
 def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict[str, Any]:
@@ -180,7 +210,7 @@ def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray) -> dict[str, Any]
 def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: np.ndarray) -> dict[str, Any]:
     """:func:`review_params` and :func:`drift_params` for the paper's path, which builds no
     leave-one-out lists for its own figures: L's from the same SQL kNN, NN-PPI at the run's k."""
-    pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model)
+    pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model, spec.knn_path)
     nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
     return (review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold)
             | drift_params(pool.cal.dist[:, 0], nearest))
@@ -198,8 +228,11 @@ PRIORS = ("labelled", "batch")
 
 
 def check_methods(interval_method: str, correction: str, prior: str = "labelled",
-                  review_risk: str = "error", max_risk: float = 0.1, delta: float = 0.1) -> None:
-    """Refuse unknown method names and bounds outside (0, 1) before anything is computed or stored."""
+                  review_risk: str = "error", max_risk: float = 0.1, delta: float = 0.1,
+                  knn: str = "exact", ef_search: int = 100) -> None:
+    """Refuse unknown method names, bounds outside (0, 1) and an unknown kNN path or ef_search
+    before anything is computed or stored."""
+    KnnPath(knn, ef_search)
     if review_risk not in RISKS:
         raise ValueError(f"unknown review risk {review_risk!r}; choose from {list(RISKS)}")
     for name, value in (("max risk", max_risk), ("delta", delta)):
@@ -247,6 +280,7 @@ class LabelledPool:
 
 def labelled_pool(
     conn: Connection, label_set_id: int, key: ScoreKey, n_cols: int, embed_model: str = EMBED_MODEL,
+    knn: KnnPath = EXACT,
 ) -> LabelledPool:
     """L as a :class:`~checkworthy.method.corrections.LabelledSet`: labels, scores, leave-one-out lists.
 
@@ -258,7 +292,7 @@ def labelled_pool(
     ids = pool.ids
     n_cols = max(1, min(n_cols, len(ids) - max_claims_per_text(conn, ids.tolist())))
     loo = nearest_labelled(conn, label_set_id, ids.tolist(), n_cols, key, leave_one_out=True,
-                           embed_model=embed_model)
+                           embed_model=embed_model, knn=knn)
     if not np.array_equal(loo.claim_ids, ids):
         raise RuntimeError("leave-one-out kNN did not return one list per labelled claim")
     pos = np.searchsorted(ids, loo.neighbor_ids)
@@ -340,7 +374,7 @@ def compute_methods(
 def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> int:
     """Run (or reuse) the calibration described by ``spec``; return the run id."""
     check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
-                  spec.delta)
+                  spec.delta, spec.knn, spec.ef_search)
     ctx = ctx or RunContext()
     with engine.connect() as lock:
         fingerprint = label_set_fingerprint(lock, spec.label_set_id)

@@ -29,6 +29,7 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.knn import EXACT, KnnPath
 from checkworthy.store.review_queue import entries_of_run
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review"]
@@ -120,7 +121,7 @@ DEFAULT_REVIEW = Review()
 def calibrate_files(
     engine: Engine, labeled: Path, unlabeled: Path, k: int, out: Path,
     alpha: float = 0.05, threshold: float = 0.5, model: str = "file:imported",
-    interval: str = "z", correction: str = "paper", review: Review = DEFAULT_REVIEW,
+    interval: str = "z", correction: str = "paper", review: Review = DEFAULT_REVIEW, knn: KnnPath = EXACT,
 ) -> CalibrateOutcome:
     """Validate both files, store them, calibrate U against L in SQL and write ``out``.
 
@@ -140,7 +141,8 @@ def calibrate_files(
              for r in lab + unl],
         )
     key = store.ScoreKey(model_id, "none", store.params_hash(files.params), "imported")
-    return calibrate_stored(engine, files, key, k, out, alpha, threshold, interval, correction, review=review)
+    return calibrate_stored(engine, files, key, k, out, alpha, threshold, interval, correction, review=review,
+                            knn=knn)
 
 
 def check_k(labeled: Path, lab: list[Row], k: int) -> None:
@@ -182,7 +184,7 @@ def store_files(
 def calibrate_stored(
     engine: Engine, files: StoredFiles, key: store.ScoreKey, k: int, out: Path, alpha: float,
     threshold: float, interval: str, correction: str, prior: str = "labelled",
-    review: Review = DEFAULT_REVIEW,
+    review: Review = DEFAULT_REVIEW, knn: KnnPath = EXACT,
 ) -> CalibrateOutcome:
     """Calibrate the stored U against L under ``key``, write ``out``, and measure if U has labels."""
     lab, unl, u_ids = files.lab, files.unl, files.u_ids
@@ -190,7 +192,7 @@ def calibrate_stored(
     in_labeled = [r.line for r in unl if r.text in labelled_texts]
     spec = RunSpec(files.target, tuple(u_ids), files.label_set_id, key, k, alpha, threshold,
                    interval_method=interval, correction=correction, prior=prior, review_risk=review.risk,
-                   max_risk=review.max_risk, delta=review.delta)
+                   max_risk=review.max_risk, delta=review.delta, knn=knn.path, ef_search=knn.ef_search)
     run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled)}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}

@@ -29,6 +29,7 @@ from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
 from checkworthy.store import rows as store
+from checkworthy.store.knn import KnnPath
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class Recommended:
     review_risk: str = "error"
     max_risk: float = 0.1
     delta: float = 0.1
+    knn: str = "exact"
+    ef_search: int = 100
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
@@ -79,4 +82,4 @@ def predict_files(
     _, _, keys = score_missing(engine, scorer, hashes, *prompt)
     return calibrate_stored(engine, files, keys[rec.score_kind], rec.k, out, rec.alpha, rec.threshold,
                             rec.interval, rec.correction, rec.prior,
-                            Review(rec.review_risk, rec.max_risk, rec.delta))
+                            Review(rec.review_risk, rec.max_risk, rec.delta), KnnPath(rec.knn, rec.ef_search))

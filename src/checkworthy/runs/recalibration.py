@@ -165,8 +165,9 @@ def incremental_applies(spec: RunSpec) -> bool:
     """Only the paper's NN-PPI (z interval, residual-mean correction) is local to each claim's
     neighbours; fitted corrections, conformal intervals and the CV choice depend on all of L, so a
     label change moves every claim and those calibrations are recomputed in full (so does a
-    decision for the batch's prior, which depends on every claim of the batch)."""
-    return is_paper_default(spec)
+    decision for the batch's prior, which depends on every claim of the batch). The incremental
+    run finds entering neighbours exactly, so an HNSW run is recomputed in full too, by HNSW."""
+    return is_paper_default(spec) and spec.knn == "exact"
 
 
 def find_parent(conn: Connection, spec: RunSpec) -> int | None:
@@ -525,7 +526,8 @@ def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunS
         embed_model=run["embed_model"], correction=params.get("correction", "paper"),
         prior="batch" if (params.get("prior") or {}).get("mode") == "batch" else "labelled",
         review_risk=review.get("risk", "error"), max_risk=review.get("max_risk", 0.1),
-        delta=review.get("delta", 0.1),
+        delta=review.get("delta", 0.1), knn=(params.get("knn") or {}).get("path", "exact"),
+        ef_search=(params.get("knn") or {}).get("ef_search", 100),
     )
 
 

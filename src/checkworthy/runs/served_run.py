@@ -160,10 +160,11 @@ class ServedRun:
         """L's leave-one-out lists (for the drift figure, and the correction) and the fitted
         correction (None on the paper's path, which fits nothing)."""
         spec = self.spec
-        if is_paper_default(spec):
-            return labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model), None
-        n_cols = neighbour_columns(spec.k, spec.interval_method, spec.correction)
-        pool = labelled_pool(conn, spec.label_set_id, spec.key, n_cols, spec.embed_model)
+        paper = is_paper_default(spec)
+        n_cols = spec.k if paper else neighbour_columns(spec.k, spec.interval_method, spec.correction)
+        pool = labelled_pool(conn, spec.label_set_id, spec.key, n_cols, spec.embed_model, spec.knn_path)
+        if paper:
+            return pool, None
         chosen = (params.get("auto_choice") or {}).get("chosen")
         emb = claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model) if self._needs_embeddings(
             chosen) else None
@@ -196,7 +197,8 @@ class ServedRun:
         if not usable:
             return None
         n_cols = spec.k if self.fitted is None else self.pool.cal.max_k
-        nb = nearest_labelled(conn, spec.label_set_id, usable, n_cols, spec.key, embed_model=spec.embed_model)
+        nb = nearest_labelled(conn, spec.label_set_id, usable, n_cols, spec.key, embed_model=spec.embed_model,
+                              knn=spec.knn_path)
         if len(nb.claim_ids) != len(usable):
             raise RuntimeError("a submitted text has no embedding")
         c = np.array([scores[int(i)] for i in nb.claim_ids], dtype=float)

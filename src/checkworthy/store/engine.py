@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from checkworthy.config import CODE_ROOT, VAR_DIR
@@ -122,3 +124,19 @@ def ping(engine: Engine) -> None:
     """Raise unless the database answers (readiness checks)."""
     with engine.connect() as conn:
         conn.execute(text("SELECT 1"))
+
+
+@contextmanager
+def local_settings(conn: Connection, settings: Mapping[str, str]) -> Iterator[None]:
+    """Apply server settings to the current transaction only, and restore them on leaving.
+
+    After an error they are left as they are: the transaction is failing, and what
+    ``set_config(..., true)`` sets ends with it.
+    """
+    before = {name: conn.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
+              for name in settings}
+    for name, value in settings.items():
+        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+    yield
+    for name, value in before.items():
+        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})

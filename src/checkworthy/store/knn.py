@@ -8,6 +8,13 @@ Distances are pgvector's cosine distance, written once too (:func:`cosine_distan
 Exact by default: the labelled set is materialised once and each query claim's neighbours are
 a top-k sort over all of it, so no approximate index is involved. Ties are broken by the
 neighbour's claim id, so the answer is deterministic.
+
+Approximate on request (:class:`KnnPath` ``hnsw``): the pool's texts are searched in
+``knn_vectors`` under pgvector's HNSW index (migration 0010), restricted to the pool by pgvector's
+iterative index scan (strict order), ``ef_search`` candidates per layer-0 search; each text found
+expands to its pool claims, nearest first, ties by claim id as on the exact path. Same answer
+shape, same distances for the neighbours it finds; it may miss a true neighbour (a run records its
+recall against the exact path on a sample of its claims).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.config import EMBED_MODEL
+from checkworthy.store.engine import local_settings
 from checkworthy.store.rows import ScoreKey, bigint_array
 
 
@@ -69,6 +77,48 @@ CROSS JOIN LATERAL (
 ORDER BY q.claim_id, n.distance, n.neighbor_id
 """
 )
+
+#: :data:`KNN_SQL` through the HNSW index: each query's :k nearest pool texts (``:pool_hashes``,
+#: the pool's distinct texts) by an ordered index scan, expanded to their pool claims
+HNSW_KNN_SQL = text(
+    f"""
+WITH pool AS MATERIALIZED (
+    SELECT i.claim_id, i.label, c.text_hash, p.score
+    FROM {LABELLED_POOL}
+), q AS MATERIALIZED (
+    {QUERY_CLAIMS}
+)
+SELECT q.claim_id, n.neighbor_id, n.distance, n.label, n.score
+FROM q
+CROSS JOIN LATERAL (
+    SELECT pool.claim_id AS neighbor_id, t.distance, pool.label, pool.score
+    FROM (SELECT v.text_hash, {cosine_distance("v.embedding", "q.embedding")} AS distance
+          FROM knn_vectors v
+          WHERE v.model = :embed_model AND v.text_hash = ANY(CAST(:pool_hashes AS text[]))
+            AND NOT (:leave_one_out AND v.text_hash = q.text_hash)
+          ORDER BY {cosine_distance("v.embedding", "q.embedding")}
+          LIMIT :k) t
+    JOIN pool ON pool.text_hash = t.text_hash
+    ORDER BY t.distance, pool.claim_id
+    LIMIT :k
+) n
+ORDER BY q.claim_id, n.distance, n.neighbor_id
+"""
+)
+
+#: copy the embeddings of a label set's texts into the HNSW-indexed table (what is there stays)
+INDEX_LABELLED_SQL = text(
+    """INSERT INTO knn_vectors (text_hash, model, embedding)
+       SELECT DISTINCT ON (c.text_hash) c.text_hash, e.model, e.embedding
+       FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+       JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model
+       WHERE i.label_set_id = :label_set_id
+       ORDER BY c.text_hash
+       ON CONFLICT DO NOTHING"""
+)
+
+#: the pool's distinct texts
+POOL_TEXTS_SQL = text(f"SELECT DISTINCT c.text_hash FROM {LABELLED_POOL}")
 
 #: the pool's members with their labels and scores, by claim id
 POOL_SQL = text(f"SELECT i.claim_id, i.label, p.score FROM {LABELLED_POOL} ORDER BY i.claim_id")
@@ -155,6 +205,38 @@ class Pool:
         return pos
 
 
+#: the kNN paths a run may take
+KNN_PATHS = ("exact", "hnsw")
+
+
+@dataclass(frozen=True)
+class KnnPath:
+    """How neighbours are found: ``exact`` (a top-k sort over the whole pool) or ``hnsw``
+    (pgvector's HNSW index, ``ef_search`` candidates; the index's m and ef_construction are
+    migration 0010's)."""
+
+    path: str = "exact"
+    ef_search: int = 100
+
+    def __post_init__(self) -> None:
+        if self.path not in KNN_PATHS:
+            raise ValueError(f"unknown kNN path {self.path!r}; choose from {list(KNN_PATHS)}")
+        if not 1 <= self.ef_search <= 1000:
+            raise ValueError(f"ef_search must lie in [1, 1000] (pgvector's range), got {self.ef_search}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a run records about its kNN path."""
+        if self.path == "exact":
+            return {"path": "exact"}
+        return {"path": "hnsw", "ef_search": self.ef_search, "m": HNSW_M,
+                "ef_construction": HNSW_EF_CONSTRUCTION, "iterative_scan": "strict_order"}
+
+
+EXACT = KnnPath()
+#: the HNSW index's build parameters (migration 0010)
+HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64
+
+
 def nearest_labelled(
     conn: Connection,
     label_set_id: int,
@@ -163,18 +245,27 @@ def nearest_labelled(
     key: ScoreKey,
     leave_one_out: bool = False,
     embed_model: str = EMBED_MODEL,
+    knn: KnnPath = EXACT,
 ) -> Neighbours:
     """The k nearest labelled claims of each claim in ``claim_ids``, in one statement.
 
     ``leave_one_out`` excludes labelled claims with the query's own text (for cross-validation
     on the labelled set itself). Claims with no embedding are absent from the answer; a claim
-    with fewer than k eligible neighbours raises ``ValueError``.
+    with fewer than k eligible neighbours raises ``ValueError``. ``knn`` picks the path (the
+    HNSW path first copies the label set's vectors into the index, once).
     """
-    rows = conn.execute(
-        KNN_SQL,
-        key_params(label_set_id, key, embed_model)
-        | {"claim_ids": list(map(int, claim_ids)), "k": k, "leave_one_out": leave_one_out},
-    ).all()
+    params = key_params(label_set_id, key, embed_model) | {
+        "claim_ids": list(map(int, claim_ids)), "k": k, "leave_one_out": leave_one_out}
+    if knn.path == "exact":
+        rows = conn.execute(KNN_SQL, params).all()
+    else:
+        conn.execute(INDEX_LABELLED_SQL, {"label_set_id": label_set_id, "embed_model": embed_model})
+        params["pool_hashes"] = list(conn.execute(POOL_TEXTS_SQL, params).scalars())
+        # an ordered scan of the HNSW index whatever the statistics say (a fresh table has none)
+        settings = {"hnsw.ef_search": str(knn.ef_search), "hnsw.iterative_scan": "strict_order",
+                    "enable_seqscan": "off"}
+        with local_settings(conn, settings):
+            rows = conn.execute(HNSW_KNN_SQL, params).all()
     if len(rows) % k:
         raise ValueError(f"label set {label_set_id} has fewer than k={k} scored, embedded claims")
     arr = np.array([(r.claim_id, r.neighbor_id, r.distance, r.label, r.score) for r in rows])

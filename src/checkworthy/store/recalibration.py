@@ -9,8 +9,7 @@ caller sees only arrays.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from sqlalchemy import Connection, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.calibration_runs import RESULT_COLUMNS
+from checkworthy.store.engine import local_settings
 from checkworthy.store.knn import SCORED_AND_EMBEDDED, key_params, pair_distances
 from checkworthy.store.rows import ScoreKey, bigint_array
 
@@ -75,22 +75,6 @@ COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 COPY_TRAILER = b"\xff\xff"
 #: type oids of the array elements (``array_recv`` checks them): int8, float8
 INT8_OID, FLOAT8_OID = 20, 701
-
-
-@contextmanager
-def local_settings(conn: Connection, settings: Mapping[str, str]) -> Iterator[None]:
-    """Apply server settings to the current transaction only, and restore them on leaving.
-
-    After an error they are left as they are: the transaction is failing, and what
-    ``set_config(..., true)`` sets ends with it.
-    """
-    before = {name: conn.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
-              for name in settings}
-    for name, value in settings.items():
-        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-    yield
-    for name, value in before.items():
-        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
 
 
 def pools(conn: Connection, new_label_set_id: int, old_label_set_id: int, key: ScoreKey,

@@ -1,0 +1,110 @@
+"""The HNSW kNN path on real pgvector against the exact one, and runs that take it.
+
+Real data: the world of :mod:`tests.test_recalibrate` (CLEF 2024 claims, MiniLM vectors); its
+labelled set is small, so the index must find (almost) every true neighbour.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from checkworthy.cli.main import main
+from checkworthy.runs.calibration_run import RunSpec, key_of, run_calibration, run_key
+from checkworthy.runs.recalibration import recalibrate, spec_from_run
+from checkworthy.store import lineages
+from checkworthy.store import rows as store
+from checkworthy.store.calibration_runs import load_run
+from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
+from tests.test_recalibrate import assert_equals_full, build_world
+
+HNSW = KnnPath("hnsw", 100)
+#: the recall floor on this small set (the bench measures the large ones)
+FLOOR = 0.97
+
+
+@pytest.fixture(scope="module")
+def world(engine):
+    return build_world(engine, "t13-hnsw")
+
+
+def test_hnsw_finds_the_exact_neighbours_at_their_exact_distances(engine, world):
+    w = world
+    with engine.begin() as conn:
+        exact = nearest_labelled(conn, w.ls0, w.target_ids, 10, w.key)
+        approx = nearest_labelled(conn, w.ls0, w.target_ids, 10, w.key, knn=HNSW)
+        settings = [conn.execute(text("SELECT current_setting(:n)"), {"n": n}).scalar_one()
+                    for n in ("hnsw.iterative_scan", "enable_seqscan")]
+        n_indexed = conn.execute(text("SELECT count(*) FROM knn_vectors")).scalar_one()
+    assert settings == ["off", "on"]  # the path's settings end with its statement
+    assert n_indexed >= len(w.lab_ids) - 5  # the label set's texts (a few repeat)
+    assert np.array_equal(approx.claim_ids, exact.claim_ids)
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.neighbor_ids, exact.neighbor_ids)])
+    assert recall >= FLOOR
+    assert np.all(np.diff(approx.distances, axis=1) >= 0)  # nearest first
+    d_exact = {(q, n): d for q, row, ds in zip(exact.claim_ids, exact.neighbor_ids, exact.distances)
+               for n, d in zip(row, ds)}
+    same = [(q, n, d) for q, row, ds in zip(approx.claim_ids, approx.neighbor_ids, approx.distances)
+            for n, d in zip(row, ds) if (q, n) in d_exact]
+    assert same and all(d == pytest.approx(d_exact[(q, n)], abs=1e-6) for q, n, d in same)
+    labels = dict(zip(exact.neighbor_ids.ravel(), exact.labels.ravel()))
+    assert all(labels.get(n, lab) == lab for n, lab in zip(approx.neighbor_ids.ravel(), approx.labels.ravel()))
+
+
+def test_leave_one_out_on_the_hnsw_path(engine, world):
+    w = world
+    with engine.begin() as conn:
+        loo = nearest_labelled(conn, w.ls0, w.lab_ids, 5, w.key, leave_one_out=True, knn=HNSW)
+        texts = dict(conn.execute(text("SELECT id, text_hash FROM claims WHERE id = ANY(:c)"),
+                                  {"c": list(w.lab_ids)}).all())
+    for q, row in zip(loo.claim_ids, loo.neighbor_ids):
+        assert int(q) not in set(row) and all(texts[int(n)] != texts[int(q)] for n in row)
+
+
+def test_a_run_records_its_path_and_recall_and_keeps_the_exact_key(engine, world):
+    w = world
+    exact_spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5)
+    hnsw_spec = RunSpec(w.target, exact_spec.claim_ids, w.ls0, w.key, 5, knn="hnsw", ef_search=80)
+    with engine.connect() as conn:
+        fp = store.label_set_fingerprint(conn, w.ls0)
+    body = {k: v for k, v in exact_spec.__dict__.items() if k not in ("knn", "ef_search")}
+    body |= {"key": w.key.__dict__, "claim_ids": sorted(exact_spec.claim_ids), "fingerprint": fp,
+             "label_set_id": None}
+    assert run_key(exact_spec, fp) == key_of(body)  # runs stored before the field keep their keys
+    assert run_key(hnsw_spec, fp) != run_key(exact_spec, fp)
+    exact_run, hnsw_run = run_calibration(engine, exact_spec), run_calibration(engine, hnsw_spec)
+    with engine.connect() as conn:
+        e, h = load_run(conn, exact_run)["params"], load_run(conn, hnsw_run)
+    assert e["knn"] == {"path": "exact"}
+    knn = h["params"]["knn"]
+    assert knn["path"] == "hnsw" and knn["ef_search"] == 80 and knn["recall_sample"] == min(200, len(w.target_ids))
+    assert knn["recall_at_k"] >= FLOOR and knn["k"] == 5
+    assert spec_from_run(h, w.ls0, exact_spec.claim_ids) == hnsw_spec  # an auditor (and a rerun) reads it back
+    assert_equals_full(engine, exact_spec, exact_run)  # the exact path is unchanged
+
+
+def test_recalibration_of_an_hnsw_run_after_new_labels_is_a_full_hnsw_run(engine, world):
+    w = world
+    spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5, knn="hnsw")
+    parent = run_calibration(engine, spec)
+    with engine.begin() as conn:
+        new_ids = store.store_claims_with_labels(conn, [store.NewClaim(w.tag, "train", c.source_id, c.text, 1)
+                                                        for c in w.extra[:10]], "test")
+        ls1 = store.create_label_set(conn, w.lineage, list(w.lab_ids) + list(new_ids))
+        lineages.set_head(conn, w.lineage, ls1, "labels")
+    new_spec = RunSpec(w.target, spec.claim_ids, ls1, w.key, 5, knn="hnsw")
+    out = recalibrate(engine, new_spec, parent_run_id=parent)
+    with engine.connect() as conn:
+        run = load_run(conn, out.run_id)
+    assert out.mode == "full" and run["params"]["knn"]["path"] == "hnsw"
+    assert run["params"]["knn"]["recall_at_k"] >= FLOOR
+
+
+def test_bad_knn_options_are_refused_before_anything_is_stored(tmp_path, capsys):
+    for args, message in ((["--knn", "ivf"], "--knn"), (["--knn", "hnsw", "--ef-search", "5000"], "ef_search"),
+                          (["--ef-search", "0"], "--ef-search")):
+        code = main(["calibrate", "--labeled", "L.csv", "--unlabeled", "U.csv", "--k", "3",
+                     "--out", str(tmp_path / "o.csv"), *args])
+        assert code == 2 and message in capsys.readouterr().err
+    assert EXACT.as_dict() == {"path": "exact"}
