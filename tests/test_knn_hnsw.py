@@ -35,9 +35,9 @@ def test_hnsw_finds_the_exact_neighbours_at_their_exact_distances(engine, world)
         exact = nearest_labelled(conn, w.ls0, w.target_ids, 10, w.key)
         approx = nearest_labelled(conn, w.ls0, w.target_ids, 10, w.key, knn=HNSW)
         settings = [conn.execute(text("SELECT current_setting(:n)"), {"n": n}).scalar_one()
-                    for n in ("hnsw.iterative_scan", "enable_seqscan")]
+                    for n in ("hnsw.iterative_scan", "enable_seqscan", "enable_sort")]
         n_indexed = conn.execute(text("SELECT count(*) FROM knn_vectors")).scalar_one()
-    assert settings == ["off", "on"]  # the path's settings end with its statement
+    assert settings == ["off", "on", "on"]  # the path's settings end with its statement
     assert n_indexed >= len(w.lab_ids) - 5  # the label set's texts (a few repeat)
     assert np.array_equal(approx.claim_ids, exact.claim_ids)
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.neighbor_ids, exact.neighbor_ids)])

@@ -17,25 +17,31 @@ Flows (each is also a deployment, see ``src/checkworthy/flows/deploy.py`` and ``
   bring the calibrations up to date (only the new claims are computed).
 - ``watch-changes``         scheduled: notices label files and guideline edits made without the
   CLI and runs the two update flows.
+- ``score-and-embed``       the main job's embedding and scoring fanned out in fixed chunks of
+  texts, one task per chunk, on the task runner params.yaml's ``scale_out`` names (a local or a
+  remote Dask cluster; :mod:`checkworthy.flows.task_runners`).
 
 The flows only wire the tasks of :mod:`checkworthy.flows.tasks`.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, unmapped
 
 from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, load_params
+from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
     apply_labels_task,
     bounds_of,
     calibrate_task,
     check_labels_task,
     compare_task,
+    embed_chunk_task,
     embed_task,
     evaluate_task,
     guidelines_task,
@@ -46,8 +52,10 @@ from checkworthy.flows.tasks import (
     prepare_task,
     recalibrate_lineage_task,
     say,
+    score_chunk_task,
     score_task,
     stale_targets_task,
+    text_chunks_task,
     unscored_task,
     validate_task,
     version_data_task,
@@ -62,9 +70,12 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
                  | {i for lin in lineages for t in lin["targets"].values() for i in t})
     if not ids:
         return []
-    say(f"embedded {embed_task(ids, db_url)} new texts", echo)
-    keys = [key for model in params["models"]
-            for key in score_task(model["spec"], ids, params, db_url, guidelines, echo)]
+    if dask_address(params):
+        keys = fan_out(ids, params, db_url, guidelines)
+    else:
+        say(f"embedded {embed_task(ids, db_url)} new texts", echo)
+        keys = [key for model in params["models"]
+                for key in score_task(model["spec"], ids, params, db_url, guidelines, echo)]
     runs = []
     for lin in lineages:
         verdict = verdicts[lin["lineage"]]
@@ -79,6 +90,30 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
                         params.get("correction", "paper"), params.get("knn", "exact"),
                         params.get("ef_search", 100)))
     return runs
+
+
+@flow(name="score-and-embed", log_prints=True)
+def score_and_embed_flow(claim_ids: list[int], specs: list[str], params: dict[str, Any],
+                         db_url: str | None = None, guidelines: str | None = None) -> list[dict[str, Any]]:
+    """Embed the claims' texts and score them with each model, a task per fixed chunk of texts on
+    the flow's task runner: a chunk lost with its worker runs again, a stored one never does."""
+    size = int((params.get("scale_out") or {}).get("chunk_size", 96))
+    chunks = text_chunks_task(claim_ids, size, db_url)
+    embedded = embed_chunk_task.map(chunks, unmapped(db_url))
+    scored = [score_chunk_task.map(unmapped(spec), chunks, unmapped(params), unmapped(db_url),
+                                   unmapped(guidelines)) for spec in specs]
+    print(f"embedded {sum(f.result() for f in embedded)} new texts in {len(chunks)} chunks")
+    keys = {json.dumps(k, sort_keys=True): k for futures in scored for f in futures for k in f.result()}
+    return list(keys.values())
+
+
+def fan_out(claim_ids: list[int], params: dict[str, Any], db_url: str | None = None,
+            guidelines: str | None = None) -> list[dict[str, Any]]:
+    """:func:`score_and_embed_flow` for every configured model, on the task runner params ask for."""
+    if dask_address(params):
+        share_api_with_workers()
+    run = score_and_embed_flow.with_options(task_runner=task_runner(params))
+    return run(claim_ids, [m["spec"] for m in params["models"]], params, db_url, guidelines)
 
 
 @flow(name="checkworthy-pipeline", log_prints=True)

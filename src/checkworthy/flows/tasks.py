@@ -27,7 +27,15 @@ from checkworthy.runs import label_updates as labels
 from checkworthy.runs import recalibration
 from checkworthy.runs.calibration_run import RunContext, RunSpec
 from checkworthy.runs.label_gate import validate_label_set
-from checkworthy.runs.main_job import embed_claims, prepare_dataset, score_claims
+from checkworthy.runs.main_job import (
+    embed_claims,
+    embed_texts,
+    prepare_dataset,
+    score_claims,
+    text_chunks,
+    worker_scorer,
+)
+from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer, model_options, prompt_info
 from checkworthy.store import lineages as lineage_store
 from checkworthy.store import provenance
@@ -127,6 +135,31 @@ def score_task(spec: str, claim_ids: list[int], params: dict[str, Any], db_url: 
                         chunk_size=model_options(params, spec).get("chunk_size", 96),
                         echo=lambda m: say(m, echo),
                         flow_run_id=events.current_flow_run_id())
+    return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
+
+
+@task(name="text-chunks", **DB)
+def text_chunks_task(claim_ids: list[int], chunk_size: int, db_url: str | None) -> list[list[str]]:
+    """The claims' distinct texts (by hash) in fixed chunks: the same chunks whatever the number of
+    workers, so every text is scored in the same batch and gets the same score."""
+    with engine_for(db_url).connect() as conn:
+        return text_chunks(conn, claim_ids, chunk_size)
+
+
+@task(name="embed-chunk", **MODEL)
+def embed_chunk_task(hashes: list[str], db_url: str | None) -> int:
+    """Embed a chunk's texts that have no vector yet (one transaction: a lost chunk stores none)."""
+    return embed_texts(engine_for(db_url), hashes)
+
+
+@task(name="score-chunk", **MODEL)
+def score_chunk_task(spec: str, hashes: list[str], params: dict[str, Any], db_url: str | None,
+                     guidelines: str | None = None) -> list[dict[str, Any]]:
+    """Score a chunk's texts that have no score under this model (one transaction: a chunk lost
+    with its worker stores nothing and is scored again; a stored one is never scored again)."""
+    scorer, prompt = worker_scorer(params, spec, guidelines)
+    keys = score_missing(engine_for(db_url), scorer, hashes, *prompt, chunk_size=max(len(hashes), 1),
+                         flow_run_id=events.current_flow_run_id())[2]
     return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
 
 

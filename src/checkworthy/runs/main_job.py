@@ -7,16 +7,20 @@ with validation, calibration and the report (``checkworthy run`` runs that flow)
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from checkworthy.data.datasets import Claim, LoadReport, build_splits, load_dataset
 from checkworthy.runs.label_updates import store_file_claims
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.registry import PromptInfo, configured_scorer
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
 
@@ -58,6 +62,31 @@ def prepare_dataset(
         set_name = f"{name}:calibration:seed={seed}" + (f":limit={limit}" if limit else "")
         ls = store.create_label_set(conn, set_name, cal, data_version_id)
     return PreparedDataset(name, ls, test, reports)
+
+
+def text_chunks(conn: Connection, claim_ids: Sequence[int], size: int) -> list[list[str]]:
+    """The claims' distinct text hashes, sorted, in chunks of ``size``: fixed by the texts alone,
+    so a fan-out over any number of workers scores each text in the same batch."""
+    hashes = sorted(set(store.claim_text_hashes(conn, claim_ids)))
+    return [hashes[i: i + size] for i in range(0, len(hashes), size)]
+
+
+def embed_texts(engine: Engine, text_hashes: Sequence[str]) -> int:
+    """Embed the texts that have no stored vector, in one transaction; return how many."""
+    with engine.begin() as conn:
+        return ensure_embeddings(conn, text_hashes)
+
+
+@cache
+def _scorer(spec: str, options: str, guidelines: str | None) -> tuple[Scorer, PromptInfo]:
+    return configured_scorer(json.loads(options), spec, **({"guidelines": guidelines} if guidelines else {}))
+
+
+def worker_scorer(params: Mapping[str, Any], spec: str, guidelines: str | None = None,
+                  ) -> tuple[Scorer, PromptInfo]:
+    """The configured scorer of ``spec``, built once per process (a Dask worker loads its model
+    once, not once per chunk)."""
+    return _scorer(spec, json.dumps(params, sort_keys=True, default=str), guidelines)
 
 
 def embed_claims(engine: Engine, claim_ids: Sequence[int]) -> int:
