@@ -52,6 +52,11 @@ AUTO_FOLDS = 5
 Embeddings = tuple[np.ndarray, np.ndarray]
 
 
+def uses_head(correction: str) -> bool:
+    """Whether a run correction fits the embedding head (and so needs the claims' embeddings)."""
+    return PREDICTOR_RUNS.get(correction, ("",))[0] == "head"
+
+
 def cv_ks(k: int) -> tuple[int, ...]:
     """The k a ``cv`` run may choose: :data:`CV_KS` up to the run's k, plus k (k is the budget)."""
     return tuple(sorted({x for x in CV_KS if x <= k} | {k}))

@@ -31,6 +31,7 @@ from checkworthy.method.predictor_choice import (
     auto_columns,
     choose_correction,
     correction_on,
+    uses_head,
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive
 from checkworthy.method.selective import RISKS, fit_review
@@ -155,7 +156,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
         return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c) | rule_and_drift(
             conn, spec, res.theta, nb.distances[:, 0])
     emb = None
-    if spec.correction == "auto" or PREDICTOR_RUNS.get(spec.correction, ("",))[0] == "head":
+    if spec.correction == "auto" or uses_head(spec.correction):
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
                claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
     res, used, fitted = compute_methods(spec, pool, nb, c, emb)

@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
 from checkworthy.method.drift import drift
-from checkworthy.method.predictor_choice import PREDICTOR_RUNS, FittedCorrection
+from checkworthy.method.predictor_choice import FittedCorrection, uses_head
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import (
     LabelledPool,
@@ -166,14 +166,10 @@ class ServedRun:
         if paper:
             return pool, None
         chosen = (params.get("auto_choice") or {}).get("chosen")
-        emb = claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model) if self._needs_embeddings(
-            chosen) else None
+        head = uses_head((chosen or "") if spec.correction == "auto" else spec.correction)
+        emb = claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model) if head else None
         fc, _ = fit_run(spec, pool, emb, chosen)
         return pool, fc
-
-    def _needs_embeddings(self, chosen: str | None) -> bool:
-        name = chosen if self.spec.correction == "auto" else self.spec.correction
-        return PREDICTOR_RUNS.get(name or "", ("",))[0] == "head"
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -223,23 +219,35 @@ class ServedRun:
             ids = store.upsert_claims(conn, claims)
             lineages.register_target(conn, f"{self.dataset}{lineages.INCOMING}", self.lineage, ids)
             got = self.calibrate(conn, ids)
-            run_id, figure, by_claim = None, None, {}
+            run_id, figure, row, flags, reasons, names = None, None, {}, None, None, {}
             if got is not None:
                 res, nb = got
-                run_id, figure = self._store_run(conn, uid, ids, res, nb)
+                row = {int(c): i for i, c in enumerate(nb.claim_ids)}
+                if self.rule is not None:
+                    flags, reasons = self.rule.review(res.theta) == 1, self.rule.reasons(res.theta)
+                run_id, figure = self._store_run(conn, uid, ids, res, nb, flags)
                 names = store.claim_source_ids(conn, [int(n) for n in nb.neighbor_ids.ravel()])
-                for i, cid in enumerate(nb.claim_ids):
-                    by_claim[int(cid)] = self._result(i, res, nb, names)
             insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids)
-        results = [replace(by_claim[cid], position=i, text=t, claim_id=cid, source_id=c.source_id)
-                   if cid in by_claim else SentenceResult(i, t, cid, c.source_id, reason="no usable score "
-                                                          "from the model: a person decides")
-                   for i, (t, cid, c) in enumerate(zip(texts, ids, claims))]
+        results = []
+        for i, (t, cid, c) in enumerate(zip(texts, ids, claims)):
+            j = row.get(cid)  # its row in res and nb (None: no usable score, so no row)
+            if j is None:
+                results.append(SentenceResult(i, t, cid, c.source_id,
+                                              reason="no usable score from the model: a person decides"))
+                continue
+            results.append(SentenceResult(
+                i, t, cid, c.source_id, score=float(res.score[j]), theta=float(res.theta[j]),
+                ci_low=float(res.ci_low[j]), ci_high=float(res.ci_high[j]), decision=int(res.decision[j]),
+                review=bool(flags[j]) if flags is not None else False,
+                reason=reasons[j] if reasons is not None else None,
+                neighbours=[Neighbour(int(n), names[int(n)], float(d))
+                            for n, d in zip(nb.neighbor_ids[j], nb.distances[j])]))
         return Submission(uid, run_id, results, figure)
 
     def _store_run(self, conn: Connection, uid: uuid.UUID, ids: Sequence[int], res: nnppi.NNPPIResult,
-                   nb: Neighbours) -> tuple[int, dict[str, Any]]:
-        """The request's run (mode ``served``), its results, queue entries and drift figure."""
+                   nb: Neighbours, flags: np.ndarray | None) -> tuple[int, dict[str, Any]]:
+        """The request's run (mode ``served``), its results, queue entries and drift figure;
+        ``flags`` are the rule's review flags of its results (None: the run has no rule)."""
         spec = replace(self.spec, target=f"api:{uid}", claim_ids=tuple(sorted(int(i) for i in ids)))
         fp = self.run["label_set_fingerprint"]
         figure = drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict()
@@ -249,20 +257,9 @@ class ServedRun:
         run_id = start_run(conn, spec, run_key(spec, fp), fp, {"correction": spec.correction},
                            RunContext(code_rev=self.code_rev), parent_run_id=self.run_id, mode="served")
         insert_results(conn, run_id, nb.claim_ids, res, nb.neighbor_ids, nb.distances)
-        if self.rule is not None:
-            share = float(np.mean(self.rule.review(res.theta) == 0))
+        if flags is not None:
+            share = float(np.mean(~flags))
             params["review"] = dict(self.run["params"]["review"]) | {"automated_share": share}
             queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta)
         complete_run(conn, run_id, params)
         return run_id, figure
-
-    def _result(self, i: int, res: nnppi.NNPPIResult, nb: Neighbours, names: Mapping[int, str],
-                ) -> SentenceResult:
-        theta = float(res.theta[i])
-        review = bool(self.rule.review([theta])[0]) if self.rule is not None else False
-        return SentenceResult(
-            0, "", 0, "", score=float(res.score[i]), theta=theta, ci_low=float(res.ci_low[i]),
-            ci_high=float(res.ci_high[i]), decision=int(res.decision[i]), review=review,
-            reason=self.rule.reason(theta) if self.rule is not None else None,
-            neighbours=[Neighbour(int(n), names[int(n)], float(d))
-                        for n, d in zip(nb.neighbor_ids[i], nb.distances[i])])

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from checkworthy.runs.served_run import ServedRun, matching_scorer
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
-from checkworthy.store.served_runs import lineage_runs
+from checkworthy.store.served_runs import newest_run
 
 
 class NotReady(Exception):
@@ -46,17 +46,15 @@ class CurrentRun:
 
     def newest_id(self) -> int:
         """The id of the run to serve now; :class:`NotReady` when there is none."""
+        sel = self.selection
         with self.engine.connect() as conn:
-            runs = lineage_runs(conn, self.selection.lineage, self.selection.fields)
-        if self.selection.run_id is not None:
-            if self.selection.run_id not in {r["id"] for r in runs}:
-                raise NotReady(f"run {self.selection.run_id} is no complete calibration run of "
-                               f"{self.selection.describe()}")
-            return self.selection.run_id
-        if not runs:
-            raise NotReady(f"no complete calibration run of {self.selection.describe()}: run the main job "
+            run_id = newest_run(conn, sel.lineage, sel.fields, sel.run_id)
+        if run_id is None and sel.run_id is not None:
+            raise NotReady(f"run {sel.run_id} is no complete calibration run of {sel.describe()}")
+        if run_id is None:
+            raise NotReady(f"no complete calibration run of {sel.describe()}: run the main job "
                            "or `checkworthy predict` first, or choose another lineage")
-        return int(runs[0]["id"])
+        return run_id
 
     def get(self) -> ServedRun:
         """The served run, loading (and fitting) a newer one when the lineage has one."""

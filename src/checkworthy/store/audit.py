@@ -72,20 +72,21 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     out = [Decision(r) for r in rows]
     if not out:
         return out
+    run_ids = sorted({d.row["run_id"] for d in out})
     nbrs = conn.execute(
         text("SELECT * FROM audit_decision_lineage WHERE claim_id = ANY(:c) AND run_id = ANY(:r) "
              "ORDER BY run_id, claim_id, neighbor_rank"),
-        {"c": list(map(int, claim_ids)), "r": sorted({d.row["run_id"] for d in out})},
+        {"c": list(map(int, claim_ids)), "r": run_ids},
     ).mappings().all()
     by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}
     for n in nbrs:
         by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
     rules = dict(conn.execute(text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"),
-                              {"r": sorted({d.row["run_id"] for d in out})}).all())
+                              {"r": run_ids}).all())
     queued = {(q["run_id"], q["claim_id"]): q for q in conn.execute(
         text("SELECT run_id, claim_id, priority, reason FROM review_queue WHERE claim_id = ANY(:c) "
              "AND run_id = ANY(:r)"),
-        {"c": list(map(int, claim_ids)), "r": sorted({d.row["run_id"] for d in out})}).mappings()}
+        {"c": list(map(int, claim_ids)), "r": run_ids}).mappings()}
     answers: dict[int, list[Mapping[str, Any]]] = {}
     for a in conn.execute(text("SELECT claim_id, label, update_id, created_at FROM review_answers "
                                "WHERE claim_id = ANY(:c) ORDER BY id"),

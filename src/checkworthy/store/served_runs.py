@@ -17,27 +17,28 @@ from sqlalchemy import Connection, text
 SELECTORS = ("model", "score_kind", "k", "correction", "interval")
 
 
-def lineage_runs(conn: Connection, lineage: str, selection: Mapping[str, Any] | None = None,
-                 ) -> list[Mapping[str, Any]]:
-    """The complete, non-served runs of ``lineage`` that match ``selection``, newest first."""
+def newest_run(conn: Connection, lineage: str, selection: Mapping[str, Any] | None = None,
+               run_id: int | None = None) -> int | None:
+    """The newest complete, non-served run of ``lineage`` that matches ``selection`` (and is
+    ``run_id``, when given); None when there is none. Looked up on every request: one row."""
     sel = {name: (selection or {}).get(name) for name in SELECTORS}
-    return list(conn.execute(
+    return conn.execute(
         text(
-            """SELECT r.id, r.target, m.spec AS model, r.score_kind, r.k, r.interval_method,
-                      coalesce(r.params->>'correction', 'paper') AS correction, r.label_set_id
+            """SELECT r.id
                FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
                JOIN models m ON m.id = r.model_id
                WHERE ls.name = :lineage AND r.status = 'complete' AND r.mode <> 'served'
+                 AND (CAST(:run_id AS bigint) IS NULL OR r.id = :run_id)
                  AND (CAST(:model AS text) IS NULL OR m.spec = :model)
                  AND (CAST(:score_kind AS text) IS NULL OR r.score_kind = :score_kind)
                  AND (CAST(:k AS int) IS NULL OR r.k = :k)
                  AND (CAST(:correction AS text) IS NULL
                       OR coalesce(r.params->>'correction', 'paper') = :correction)
                  AND (CAST(:interval AS text) IS NULL OR r.interval_method = :interval)
-               ORDER BY r.id DESC"""
+               ORDER BY r.id DESC LIMIT 1"""
         ),
-        {"lineage": lineage} | sel,
-    ).mappings())
+        {"lineage": lineage, "run_id": run_id} | sel,
+    ).scalar()
 
 
 def calibrated_lineages(conn: Connection) -> list[str]:
