@@ -6,16 +6,18 @@ labelled set is small, so the index must find (almost) every true neighbour.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from sqlalchemy import text
 
 from checkworthy.cli.main import main
-from checkworthy.runs.calibration_run import RunSpec, key_of, run_calibration, run_key
-from checkworthy.runs.recalibration import recalibrate, spec_from_run
+from checkworthy.runs.calibration_run import RunSpec, compute, key_of, run_calibration, run_key
+from checkworthy.runs.recalibration import find_parent, recalibrate, spec_from_run
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
-from checkworthy.store.calibration_runs import load_run
+from checkworthy.store.calibration_runs import load_run, runs_in_force
 from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
 from tests.test_recalibrate import assert_equals_full, build_world
 
@@ -84,21 +86,42 @@ def test_a_run_records_its_path_and_recall_and_keeps_the_exact_key(engine, world
     assert_equals_full(engine, exact_spec, exact_run)  # the exact path is unchanged
 
 
-def test_recalibration_of_an_hnsw_run_after_new_labels_is_a_full_hnsw_run(engine, world):
+def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(engine, world):
     w = world
     spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5, knn="hnsw")
     parent = run_calibration(engine, spec)
+    exact_parent = run_calibration(engine, replace(spec, knn="exact"))
     with engine.begin() as conn:
         new_ids = store.store_claims_with_labels(conn, [store.NewClaim(w.tag, "train", c.source_id, c.text, 1)
                                                         for c in w.extra[:10]], "test")
         ls1 = store.create_label_set(conn, w.lineage, list(w.lab_ids) + list(new_ids))
         lineages.set_head(conn, w.lineage, ls1, "labels")
     new_spec = RunSpec(w.target, spec.claim_ids, ls1, w.key, 5, knn="hnsw")
-    out = recalibrate(engine, new_spec, parent_run_id=parent)
+    with engine.connect() as conn:  # each path only ever continues a run of its own path
+        assert find_parent(conn, new_spec) == parent
+        assert find_parent(conn, replace(new_spec, ef_search=40)) is None
+        assert find_parent(conn, replace(new_spec, knn="exact")) == exact_parent
+    out = recalibrate(engine, new_spec, parent_run_id=exact_parent)  # the wrong path's run is not taken
     with engine.connect() as conn:
         run = load_run(conn, out.run_id)
-    assert out.mode == "full" and run["params"]["knn"]["path"] == "hnsw"
-    assert run["params"]["knn"]["recall_at_k"] >= FLOOR
+        inc = {r.claim_id: (list(r.neighbor_ids), r.theta) for r in conn.execute(text(
+            "SELECT claim_id, theta, neighbor_ids FROM calibrated_results WHERE run_id = :r"), {"r": out.run_id})}
+        ids, res, nb, counts = compute(conn, new_spec)  # a fresh search of the new index, not stored
+    full = {int(c): (list(n), t) for c, n, t in zip(ids, nb.neighbor_ids, res.theta)}
+    assert out.mode == "incremental" and out.parent_run_id == parent and 0 < out.n_recomputed < len(spec.claim_ids)
+    knn = run["params"]["knn"]
+    assert knn["path"] == "hnsw" and knn["ef_search"] == 100 and knn["recall_at_k"] >= FLOOR
+    assert knn["recall_sample"] == min(200, len(spec.claim_ids))
+    assert set(inc) == set(full)  # every claim, like a fresh HNSW search of the new index
+    same = [c for c in inc if inc[c][0] == full[c][0]]
+    assert len(same) >= 0.95 * len(inc)
+    assert all(inc[c][1] == pytest.approx(full[c][1]) for c in same)
+    assert counts["knn"]["recall_at_k"] >= FLOOR
+    with engine.connect() as conn:  # both paths' runs stay in force, side by side
+        in_force = {r["id"] for r in runs_in_force(conn, w.lineage) if r["target"] == w.target}
+        view = set(conn.execute(text("SELECT run_id FROM calibrations_in_force WHERE target = :t"),
+                                {"t": w.target}).scalars())
+    assert {out.run_id, exact_parent} <= in_force and {out.run_id, exact_parent} <= view
 
 
 def test_bad_knn_options_are_refused_before_anything_is_stored(tmp_path, capsys):

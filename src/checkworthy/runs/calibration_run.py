@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine
 
 from checkworthy.config import EMBED_MODEL
@@ -149,7 +150,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
         "n_claims": len(spec.claim_ids),
         "n_calibrated": len(usable),
         "n_without_score": len(spec.claim_ids) - len(usable),
-        "knn": knn_record(conn, spec, nb),
+        "knn": knn_record(conn, spec, nb.claim_ids, nb.neighbor_ids),
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
@@ -168,19 +169,27 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
 RECALL_SAMPLE = 200
 
 
-def knn_record(conn: Connection, spec: RunSpec, nb: Neighbours) -> dict[str, Any]:
+def knn_record(conn: Connection, spec: RunSpec, claim_ids: NDArray[np.int64],
+               neighbor_ids: NDArray[np.int64]) -> dict[str, Any]:
     """What the run records about its kNN path; for HNSW, recall@k against the exact path on an
-    evenly spaced sample of its claims (every claim up to :data:`RECALL_SAMPLE`): the share of
-    each sampled claim's exact k nearest that the index found, averaged."""
+    evenly spaced sample of its claims (``claim_ids`` with their (n, k) ``neighbor_ids``, every
+    claim up to :data:`RECALL_SAMPLE`): the share of each sampled claim's exact k nearest that the
+    run's lists hold, averaged."""
     out = spec.knn_path.as_dict()
-    if spec.knn == "exact" or not len(nb.claim_ids):
+    if spec.knn == "exact" or not len(claim_ids):
         return out
-    k = nb.neighbor_ids.shape[1]
-    rows = np.unique(np.linspace(0, len(nb.claim_ids) - 1, min(RECALL_SAMPLE, len(nb.claim_ids))).astype(int))
-    exact = nearest_labelled(conn, spec.label_set_id, nb.claim_ids[rows].tolist(), k, spec.key,
+    k = neighbor_ids.shape[1]
+    rows = recall_sample(len(claim_ids))
+    exact = nearest_labelled(conn, spec.label_set_id, claim_ids[rows].tolist(), k, spec.key,
                              embed_model=spec.embed_model)
-    found = [len(set(a) & set(e)) / k for a, e in zip(nb.neighbor_ids[rows], exact.neighbor_ids)]
+    found = [len(set(a) & set(e)) / k for a, e in zip(neighbor_ids[rows], exact.neighbor_ids)]
     return out | {"recall_at_k": float(np.mean(found)), "k": int(k), "recall_sample": len(rows)}
+
+
+def recall_sample(n: int) -> NDArray[np.int64]:
+    """Positions of the claims an HNSW run's recall is measured on: evenly spaced, at most
+    :data:`RECALL_SAMPLE`."""
+    return np.unique(np.linspace(0, n - 1, min(RECALL_SAMPLE, n)).astype(np.int64))
 
 
 def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict[str, Any]:

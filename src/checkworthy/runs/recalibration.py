@@ -26,6 +26,12 @@ same inputs (so a later full run reuses it), ``mode = 'incremental'``, ``parent_
 copied rows keep the id of the run that computed them in ``computed_in_run``. Distances come
 from the same pgvector expression as the full kNN, so the result equals a full recomputation.
 
+An HNSW run (``knn: hnsw``) is brought up to date the same way from an HNSW parent with the same
+``ef_search``: its lists were found by the index, the added claims that enter them are found
+exactly, and claims that need a new search get it through the index. The result is not the list a
+fresh search of the new index would return (neither is exact), so the run records its own
+recall@k against the exact path, measured on its stored lists like a full HNSW run's.
+
 Speed (figures in ``bench/bench_recalibration.py``): P's rows and the targets' vectors arrive in
 one binary COPY that numpy reads block by block. A block's certainly unaffected rows are copied
 (``INSERT ... SELECT`` from P) at once by a worker thread on the store's connection, in the run's
@@ -60,7 +66,9 @@ from checkworthy.runs.calibration_run import (
     RunSpec,
     is_paper_default,
     key_of,
+    knn_record,
     raw_score_prevalence,
+    recall_sample,
     rule_and_drift,
     run_calibration,
     start_run,
@@ -77,6 +85,7 @@ from checkworthy.store.calibration_runs import (
     lock_run_key,
     result_values,
     runs_in_force,
+    stored_neighbour_ids,
     unlock_run_key,
 )
 from checkworthy.store.knn import nearest_labelled
@@ -165,15 +174,24 @@ def incremental_applies(spec: RunSpec) -> bool:
     """Only the paper's NN-PPI (z interval, residual-mean correction) is local to each claim's
     neighbours; fitted corrections, conformal intervals and the CV choice depend on all of L, so a
     label change moves every claim and those calibrations are recomputed in full (so does a
-    decision for the batch's prior, which depends on every claim of the batch). The incremental
-    run finds entering neighbours exactly, so an HNSW run is recomputed in full too, by HNSW."""
-    return is_paper_default(spec) and spec.knn == "exact"
+    decision for the batch's prior, which depends on every claim of the batch). Both kNN paths."""
+    return is_paper_default(spec)
 
 
 def find_parent(conn: Connection, spec: RunSpec) -> int | None:
-    """The newest complete run of the same calibration on a version of the same lineage."""
+    """The newest complete run of the same calibration, by the same kNN path, on a version of the
+    same lineage."""
     return find_parent_run(conn, spec.target, spec.label_set_id, spec.key, spec.embed_model, spec.k,
-                           spec.alpha, spec.threshold, spec.interval_method, spec.correction)
+                           spec.alpha, spec.threshold, spec.interval_method, spec.correction,
+                           spec.knn, spec.ef_search)
+
+
+def same_knn_path(run: Any, spec: RunSpec) -> bool:
+    """Whether ``run`` found its neighbours the way ``spec`` does (a run recording no path was exact):
+    an exact run's lists are merged exactly, an HNSW run's keep the index's approximation."""
+    knn = (run["params"] or {}).get("knn") or {}
+    return knn.get("path", "exact") == spec.knn and (spec.knn == "exact"
+                                                     or knn.get("ef_search") == spec.ef_search)
 
 
 def pool_changes(conn: Connection, spec: RunSpec, parent_run_id: int) -> PoolChanges:
@@ -356,7 +374,8 @@ def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> ResultRows:
     parts = [(np.zeros(0, np.int64), np.zeros((0, k), np.int64), np.zeros((0, k)), np.zeros((0, k), np.int64),
               np.zeros((0, k)))]
     if p.knn:
-        nb = nearest_labelled(conn, spec.label_set_id, p.knn, k, spec.key, embed_model=spec.embed_model)
+        nb = nearest_labelled(conn, spec.label_set_id, p.knn, k, spec.key, embed_model=spec.embed_model,
+                              knn=spec.knn_path)
         parts.append((nb.claim_ids, nb.neighbor_ids, nb.distances, nb.labels, nb.scores))
     if p.merge:
         ids, nid, dist = _merge_neighbours(conn, spec, p)
@@ -431,10 +450,22 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
               "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
     if n_cal:
         theta = np.array([r.theta for r in stored])
+        counts["knn"] = incremental_knn_record(conn, spec, run_id, [r.claim_id for r in stored])
         counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in stored]))
         counts |= rule_and_drift(conn, spec, theta, np.array([r.nearest for r in stored]))
         queue_run(conn, run_id, counts["review"], [r.claim_id for r in stored], theta)
     complete_run(conn, run_id, counts)
+
+
+def incremental_knn_record(conn: Connection, spec: RunSpec, run_id: int, claim_ids: list[int]
+                           ) -> dict[str, Any]:
+    """The run's kNN record (:func:`checkworthy.runs.calibration_run.knn_record`), its HNSW recall
+    measured on the stored lists: the parent's index-found lists with entering labels merged."""
+    if spec.knn == "exact":
+        return spec.knn_path.as_dict()
+    ids = np.asarray(claim_ids, dtype=np.int64)
+    rows = recall_sample(len(ids))
+    return knn_record(conn, spec, ids[rows], stored_neighbour_ids(conn, run_id, ids[rows].tolist()))
 
 
 def fast_run_key(spec: RunSpec, fingerprint: str) -> str:
@@ -465,7 +496,10 @@ def recalibrate(
         existing = find_complete_run(lock, key)
         parent = None
         if not force_full and incremental_applies(spec):
-            parent = parent_run_id or find_parent(lock, spec)
+            if parent_run_id is not None and same_knn_path(load_run(lock, parent_run_id), spec):
+                parent = parent_run_id
+            else:
+                parent = find_parent(lock, spec)
         lock.commit()
     if existing is not None:
         return RecalOutcome(existing, "reused")

@@ -12,7 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from numpy.typing import ArrayLike
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.method.nnppi import NNPPIResult
@@ -160,9 +161,12 @@ def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
 
 def find_parent_run(
     conn: Connection, target: str, label_set_id: int, key: ScoreKey, embed_model: str, k: int,
-    alpha: float, threshold: float, interval_method: str, correction: str,
+    alpha: float, threshold: float, interval_method: str, correction: str, knn_path: str = "exact",
+    ef_search: int | None = None,
 ) -> int | None:
-    """The newest complete run of the same calibration on any version of ``label_set_id``'s lineage."""
+    """The newest complete run of the same calibration on any version of ``label_set_id``'s lineage,
+    whose neighbours were found the same way (a run that records no path was exact; an HNSW run
+    with the same ``ef_search``)."""
     return conn.execute(
         text(
             """SELECT r.id FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
@@ -172,12 +176,25 @@ def find_parent_run(
                  AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
                  AND r.threshold = :th AND r.interval_method = :im
                  AND coalesce(r.params->>'correction', 'paper') = :corr
+                 AND coalesce(r.params->'knn'->>'path', 'exact') = :knn
+                 AND (r.params->'knn'->>'ef_search')::int IS NOT DISTINCT FROM :ef
                ORDER BY r.id DESC LIMIT 1"""
         ),
         {"t": target, "ls": label_set_id, "m": key.model_id, "pv": key.prompt_version,
          "ph": key.params_hash, "sk": key.score_kind, "em": embed_model, "k": k, "a": alpha,
-         "th": threshold, "im": interval_method, "corr": correction},
+         "th": threshold, "im": interval_method, "corr": correction, "knn": knn_path,
+         "ef": ef_search if knn_path != "exact" else None},
     ).scalar()
+
+
+def stored_neighbour_ids(conn: Connection, run_id: int, claim_ids: Sequence[int]) -> NDArray[np.int64]:
+    """The stored neighbour ids of a run's claims, rows in ``claim_ids`` order (every claim must
+    have a result)."""
+    rows = dict(conn.execute(
+        text("""SELECT claim_id, neighbor_ids FROM calibrated_results
+                WHERE run_id = :r AND claim_id = ANY(:ids)"""),
+        {"r": run_id, "ids": [int(i) for i in claim_ids]}).all())
+    return np.array([rows[int(i)] for i in claim_ids], dtype=np.int64)
 
 
 def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
@@ -192,7 +209,9 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
                  SELECT r.*, row_number() OVER (
                    PARTITION BY r.target, r.model_id, r.params_hash, r.score_kind, r.embed_model, r.k,
                                 r.alpha, r.threshold, r.interval_method,
-                                coalesce(r.params->>'correction', 'paper') ORDER BY r.id DESC) AS n,
+                                coalesce(r.params->>'correction', 'paper'),
+                                coalesce(r.params->'knn'->>'path', 'exact'), r.params->'knn'->>'ef_search'
+                                ORDER BY r.id DESC) AS n,
                    rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind
                                 ORDER BY pv.created_at DESC) AS prompt_rank
                  FROM calibration_runs r JOIN calibration_targets t ON t.name = r.target
