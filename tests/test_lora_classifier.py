@@ -1,4 +1,4 @@
-"""The MiniLM + LoRA classifier: a small real fine-tuning, its artefact, and the versioned model."""
+"""The MiniLM + LoRA classifier and SetFit: small real fine-tunings, their artefacts, the versioned model."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from checkworthy.method.metrics import roc_auc
 from checkworthy.runs import train_classifier as training
 from checkworthy.runs.train_lora import train_lora
+from checkworthy.runs.train_setfit import train_setfit
 from checkworthy.scorers import classifier
 from checkworthy.scorers.lora_classifier import LoraClassifierScorer, load_lora
 from checkworthy.scorers.registry import make_scorer
@@ -73,3 +74,21 @@ def test_the_versioned_model_separates_held_out_claims():
     assert "claimbuster:2016" in scorer.params()["excluded"]
     p = [o["p_positive"].score for o in scorer.score([c.text for c in claims])]
     assert roc_auc([c.label for c in claims], p) > 0.85
+
+
+def test_setfit_saves_an_adapter_that_scores_like_the_trained_model(tiny, tmp_path):
+    """SetFit (contrastive pairs, then a logistic head) on 40 texts a class, through the LoRA scorer."""
+    _, _, small = tiny
+    art = train_setfit("sf", examples=40, steps=6, groups=small, exclude=["claimbuster:2016"],
+                       sources=["claimbuster:other"], root=tmp_path)
+    m = art.manifest
+    assert m["model_type"] == classifier.SETFIT and art.normalise
+    assert m["training_data"]["n_texts"] == 80 and m["training_data"]["n_positive"] == 40
+    assert m["export_check"]["texts"] == 32 and m["export_check"]["max_abs_difference"] < 1e-4
+    folder = tmp_path / "sf" / art.version
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 5_000_000
+    scorer, _ = make_scorer("classifier:sf", root=str(tmp_path))
+    texts = [c.text for c in small["claimbuster:2016"][:8]]
+    assert isinstance(scorer, LoraClassifierScorer) and scorer.params()["model_type"] == classifier.SETFIT
+    assert [o["p_positive"].score for o in scorer.score(texts)] == pytest.approx(art.predict_proba(texts),
+                                                                                  abs=1e-6)

@@ -4,8 +4,8 @@
 options come from the params file as the flows build them
 (:func:`checkworthy.scorers.registry.configured_scorer`), overridden by ``--opt KEY=VALUE``.
 
-``train-classifier`` trains a leakage-free classifier artefact (``runs.train_classifier``, or with
-``--method lora`` ``runs.train_lora``) and prints
+``train-classifier`` trains a leakage-free classifier artefact (``runs.train_classifier``, with
+``--method lora`` ``runs.train_lora``, with ``--method setfit`` ``runs.train_setfit``) and prints
 its F1 on the test splits it excluded.
 """
 
@@ -79,13 +79,18 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="groups whose texts never enter training: dataset:split or dataset:calibration "
                         "(default: both test splits and both calibration sets)")
     p.add_argument("--seed", type=int, help="seed of the calibration samples (default: params.yaml)")
-    p.add_argument("--method", choices=("logistic", "lora"), default="logistic",
+    p.add_argument("--method", choices=("logistic", "lora", "setfit"), default="logistic",
                    help="logistic: a head on frozen MiniLM vectors (minutes); lora: MiniLM fine-tuned with a "
-                        "LoRA adapter (about 20 min on 2 cores), versioned with DVC")
+                        "LoRA adapter (about 20 min on 2 cores); setfit: SetFit on a balanced sample, "
+                        "with a LoRA adapter; lora and setfit are versioned with DVC")
     p.add_argument("--C", dest="c", type=float, help="logistic: fixed inverse regularisation")
     p.add_argument("--epochs", type=positive_int, default=2, help="lora: passes over the training texts")
-    p.add_argument("--rank", type=positive_int, default=16, help="lora: the adapter's rank")
-    p.add_argument("--no-dvc", action="store_true", help="lora: do not dvc add / dvc push the artefact")
+    p.add_argument("--rank", type=positive_int, default=16, help="lora, setfit: the adapter's rank")
+    p.add_argument("--examples", type=positive_int, default=500,
+                   help="setfit: training texts per class (a seeded sample of the training set)")
+    p.add_argument("--steps", type=positive_int, default=600, help="setfit: contrastive batches of pairs")
+    p.add_argument("--no-dvc", action="store_true",
+                   help="lora, setfit: do not dvc add / dvc push the artefact")
     p.add_argument("--root", help="artefact root (default: models/classifier)")
 
 
@@ -93,11 +98,17 @@ def run_train(args: argparse.Namespace) -> int:
     """``checkworthy train-classifier``: train, save, print the test F1."""
     exclude = [g.strip() for g in args.exclude.split(",") if g.strip()]
     root = Path(args.root) if args.root else ARTEFACT_ROOT
-    if args.method == "lora":
+    if args.method in ("lora", "setfit"):
         from checkworthy.runs.train_lora import train_lora, version_with_dvc  # start-up: torch, peft
 
-        art = train_lora(args.name, epochs=args.epochs, rank=args.rank, exclude=exclude, seed=args.seed,
-                         root=root, echo=print)
+        if args.method == "lora":
+            art = train_lora(args.name, epochs=args.epochs, rank=args.rank, exclude=exclude, seed=args.seed,
+                             root=root, echo=print)
+        else:
+            from checkworthy.runs.train_setfit import train_setfit  # start-up: setfit, datasets
+
+            art = train_setfit(args.name, examples=args.examples, steps=args.steps, rank=args.rank,
+                               exclude=exclude, seed=args.seed, root=root, echo=print)
         print(f"classifier:{art.name}@{art.version} ({art.manifest['training_seconds']:.0f} s of training)")
         if not args.no_dvc:
             command = " ".join(["checkworthy", *sys.argv[1:]])

@@ -48,6 +48,7 @@ from checkworthy.store.knn import pool_of
 #: predictors compared by default: (model spec, score kind)
 DEFAULT_PREDICTORS = (
     ("classifier:minilm-lora", "p_positive"),
+    ("classifier:minilm-setfit", "p_positive"),
     ("classifier:minilm-lr", "p_positive"),
     ("embedded:gemma3-270m", "token_prob"),
     ("embedded:gemma3-270m-fewshot", "p_yes"),

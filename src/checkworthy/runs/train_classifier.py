@@ -149,6 +149,24 @@ def build_training_set(
                        n_rows_excluded, conflicting, merged)
 
 
+def leakage_free_set(
+    exclude: Sequence[str], seed: int | None, n_per_class: Mapping[str, int | None] | None,
+    groups: Mapping[str, Sequence[Claim]] | None, sources: Sequence[str] | None,
+) -> tuple[TrainingSet, Mapping[str, Sequence[Claim]], int, Mapping[str, int | None]]:
+    """The training set every trainer starts from, with the groups, seed and calibration sizes it
+    was drawn with (seed and sizes default to params.yaml, groups to :func:`load_groups`)."""
+    params = load_params()
+    seed = params["seed"] if seed is None else seed
+    if n_per_class is None:
+        n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
+    if groups is None:
+        groups = load_groups(seed, n_per_class)
+    ts = build_training_set(groups, exclude, sources)
+    if len(set(ts.labels)) < 2:
+        raise ValueError("training set needs both classes")
+    return ts, groups, seed, n_per_class
+
+
 # --------------------------------------------------------------------------- embeddings
 
 
@@ -285,16 +303,8 @@ def train(
     echo: Callable[[str], None] = lambda _: None,
 ) -> Artefact:
     """Train, save and evaluate a classifier; seed and calibration sizes default to params.yaml."""
-    params = load_params()
-    seed = params["seed"] if seed is None else seed
-    if n_per_class is None:
-        n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
     t0 = time.monotonic()
-    if groups is None:
-        groups = load_groups(seed, n_per_class)
-    ts = build_training_set(groups, exclude, sources)
-    if len(set(ts.labels)) < 2:
-        raise ValueError("training set needs both classes")
+    ts, groups, seed, n_per_class = leakage_free_set(exclude, seed, n_per_class, groups, sources)
     echo(f"training set: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy) from {ts.sources}; "
          f"{ts.n_rows_excluded:,} rows excluded, {ts.n_dropped_conflicting} conflicting texts dropped")
     x = embed_cached(ts.texts, cache, embedder)

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from checkworthy.config import EMBED_DIM, EMBED_MODEL, ROOT, load_params
+from checkworthy.config import EMBED_DIM, EMBED_MODEL, ROOT
 from checkworthy.data.datasets import Claim
 from checkworthy.data.versioning import dvc, git_rev
-from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, build_training_set, evaluate, load_groups
+from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, evaluate, leakage_free_set
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
 from checkworthy.scorers.lora_classifier import (
     ARTEFACT_FILES,
@@ -206,16 +206,8 @@ def train_lora(
     """Fine-tune, save and evaluate a LoRA classifier; seed and calibration sizes from params.yaml."""
     import torch
 
-    params = load_params()
-    seed = params["seed"] if seed is None else seed
-    if n_per_class is None:
-        n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
     t0 = time.monotonic()
-    if groups is None:
-        groups = load_groups(seed, n_per_class)
-    ts = build_training_set(groups, exclude, sources)
-    if len(set(ts.labels)) < 2:
-        raise ValueError("training set needs both classes")
+    ts, groups, seed, n_per_class = leakage_free_set(exclude, seed, n_per_class, groups, sources)
     echo(f"training set: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy) from {ts.sources}; "
          f"{ts.n_rows_excluded:,} rows excluded, {ts.n_dropped_conflicting} conflicting texts dropped; "
          f"{torch.get_num_threads()} threads")

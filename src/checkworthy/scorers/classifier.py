@@ -41,6 +41,10 @@ FORMAT_VERSION = 1
 SCORE_KINDS = ("paper_c", "p_positive")
 #: ``model_type`` of a MiniLM + LoRA artefact (:mod:`checkworthy.scorers.lora_classifier`)
 LORA = "minilm_lora"
+#: ``model_type`` of a SetFit artefact: a LoRA adapter and head too, on normalised vectors
+SETFIT = "minilm_setfit"
+#: the model types :class:`checkworthy.scorers.lora_classifier.LoraClassifierScorer` scores
+ADAPTER_TYPES = (LORA, SETFIT)
 
 
 def paper_c(p: float) -> float:

@@ -11,6 +11,10 @@ Artefact: ``models/classifier/<name>/<version>/`` with ``adapter_config.json``,
 checked on load); ``LATEST`` names the newest version. The folder is versioned with DVC
 (``models/classifier/<name>.dvc``) and pulled from the project's remote on first use.
 
+A SetFit artefact (:mod:`checkworthy.runs.train_setfit`, ``model_type`` ``minilm_setfit``) is the
+same adapter and head on the mean-pooled vector normalised to unit length (its manifest's
+``base_model.normalised``), as SetFit's body feeds its head.
+
 Score kinds are the logistic classifier's (:mod:`checkworthy.scorers.classifier`): ``p_positive``
 and the paper's ``paper_c``.
 """
@@ -30,7 +34,7 @@ from numpy.typing import NDArray
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL, quiet_offline_env
 from checkworthy.scorers.base import OK, Score
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA, SCORE_KINDS, latest_version, paper_c
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, SCORE_KINDS, latest_version, paper_c
 
 #: tokens kept per claim (claims are sentences: 99.9% of the training texts are shorter)
 MAX_TOKENS = 128
@@ -66,10 +70,13 @@ def mean_pool(hidden: Any, mask: Any) -> Any:
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
-def logits(encoder: Any, head: Any, batch: dict[str, Any]) -> Any:
-    """Class logits, shape (n, 2), for a tokenised batch."""
+def logits(encoder: Any, head: Any, batch: dict[str, Any], normalise: bool = False) -> Any:
+    """Class logits, shape (n, 2), for a tokenised batch (``normalise``: of the unit pooled vector)."""
+    import torch
+
     out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    return head(mean_pool(out.last_hidden_state, batch["attention_mask"]))
+    pooled = mean_pool(out.last_hidden_state, batch["attention_mask"])
+    return head(torch.nn.functional.normalize(pooled, dim=-1) if normalise else pooled)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -87,6 +94,8 @@ class LoraArtefact:
     encoder: Any = None
     head: Any = None
     tok: Any = None
+    #: the head reads the unit-length pooled vector (SetFit)
+    normalise: bool = False
 
     def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> NDArray[np.float64]:
         """P(check-worthy) for each text, in order (batches sorted by length, then restored)."""
@@ -99,7 +108,8 @@ class LoraArtefact:
                 idx = order[start: start + batch_size]
                 batch = self.tok([texts[i] for i in idx], padding=True, truncation=True,
                                  max_length=MAX_TOKENS, return_tensors="pt")
-                p[idx] = torch.softmax(logits(self.encoder, self.head, batch), dim=-1)[:, 1].double().numpy()
+                z = logits(self.encoder, self.head, batch, self.normalise)
+                p[idx] = torch.softmax(z, dim=-1)[:, 1].double().numpy()
         return p
 
 
@@ -120,7 +130,8 @@ def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     head = torch.nn.Linear(EMBED_DIM, 2)
     head.load_state_dict(load_file(str(folder / "head.safetensors")))
     head.eval()
-    return LoraArtefact(name, version, folder, manifest, encoder, head, tokenizer())
+    return LoraArtefact(name, version, folder, manifest, encoder, head, tokenizer(),
+                        bool(manifest.get("base_model", {}).get("normalised", False)))
 
 
 class LoraClassifierScorer:
@@ -138,7 +149,7 @@ class LoraClassifierScorer:
         m = self.artefact.manifest
         return {
             "backend": "classifier",
-            "model_type": LORA,
+            "model_type": m["model_type"],
             "name": self.artefact.name,
             "version": self.artefact.version,
             "files_sha256": m["files"],

@@ -16,7 +16,7 @@ from typing import Any
 
 from checkworthy.scorers import fewshot_prompt, prompt
 from checkworthy.scorers.base import Scorer
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA, ClassifierScorer, model_type
+from checkworthy.scorers.classifier import ADAPTER_TYPES, ARTEFACT_ROOT, ClassifierScorer, model_type
 from checkworthy.scorers.file_scorer import FileScorer
 from checkworthy.scorers.http_retry import RetryPolicy
 from checkworthy.scorers.sampling_presets import GREEDY, Sampling, paper_sampling
@@ -107,7 +107,7 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
         if not name:
             raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
         kwargs = _pick(options, "root", "batch_size")
-        if model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT))) == LORA:
+        if model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT))) in ADAPTER_TYPES:
             from checkworthy.scorers.lora_classifier import LoraClassifierScorer  # start-up: torch, peft
 
             return LoraClassifierScorer(name, **kwargs), NO_PROMPT
