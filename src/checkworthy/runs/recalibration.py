@@ -88,7 +88,7 @@ from checkworthy.store.calibration_runs import (
     stored_neighbour_ids,
     unlock_run_key,
 )
-from checkworthy.store.knn import nearest_labelled
+from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
 from checkworthy.store.lineages import target_claim_ids
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
@@ -186,12 +186,17 @@ def find_parent(conn: Connection, spec: RunSpec) -> int | None:
                            spec.knn, spec.ef_search)
 
 
-def same_knn_path(run: Any, spec: RunSpec) -> bool:
-    """Whether ``run`` found its neighbours the way ``spec`` does (a run recording no path was exact):
-    an exact run's lists are merged exactly, an HNSW run's keep the index's approximation."""
+def run_knn_path(run: Any) -> KnnPath:
+    """The kNN path a stored run took (``params->'knn'``; a run recording none was exact)."""
     knn = (run["params"] or {}).get("knn") or {}
-    return knn.get("path", "exact") == spec.knn and (spec.knn == "exact"
-                                                     or knn.get("ef_search") == spec.ef_search)
+    return KnnPath(knn.get("path", "exact"), knn.get("ef_search", EXACT.ef_search))
+
+
+def same_knn_path(run: Any, spec: RunSpec) -> bool:
+    """Whether ``run`` found its neighbours the way ``spec`` does: an exact run's lists are merged
+    exactly, an HNSW run's keep the index's approximation (so its ``ef_search`` must match too)."""
+    path = run_knn_path(run)
+    return path.path == spec.knn and (spec.knn == "exact" or path.ef_search == spec.ef_search)
 
 
 def pool_changes(conn: Connection, spec: RunSpec, parent_run_id: int) -> PoolChanges:
@@ -553,6 +558,7 @@ def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunS
     """The same calibration as ``run`` on another label set and the target's current claims."""
     params = run["params"] or {}
     review = params.get("review") or {}
+    path = run_knn_path(run)
     return RunSpec(
         target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
         key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
@@ -560,8 +566,7 @@ def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunS
         embed_model=run["embed_model"], correction=params.get("correction", "paper"),
         prior="batch" if (params.get("prior") or {}).get("mode") == "batch" else "labelled",
         review_risk=review.get("risk", "error"), max_risk=review.get("max_risk", 0.1),
-        delta=review.get("delta", 0.1), knn=(params.get("knn") or {}).get("path", "exact"),
-        ef_search=(params.get("knn") or {}).get("ef_search", 100),
+        delta=review.get("delta", 0.1), knn=path.path, ef_search=path.ef_search,
     )
 
 

@@ -94,8 +94,11 @@ class LoraArtefact:
     encoder: Any = None
     head: Any = None
     tok: Any = None
-    #: the head reads the unit-length pooled vector (SetFit)
-    normalise: bool = False
+
+    @property
+    def normalise(self) -> bool:
+        """Whether the head reads the unit-length pooled vector (SetFit: ``base_model.normalised``)."""
+        return bool(self.manifest.get("base_model", {}).get("normalised", False))
 
     def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> NDArray[np.float64]:
         """P(check-worthy) for each text, in order (batches sorted by length, then restored)."""
@@ -130,8 +133,7 @@ def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     head = torch.nn.Linear(EMBED_DIM, 2)
     head.load_state_dict(load_file(str(folder / "head.safetensors")))
     head.eval()
-    return LoraArtefact(name, version, folder, manifest, encoder, head, tokenizer(),
-                        bool(manifest.get("base_model", {}).get("normalised", False)))
+    return LoraArtefact(name, version, folder, manifest, encoder, head, tokenizer())
 
 
 class LoraClassifierScorer:
