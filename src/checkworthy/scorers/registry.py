@@ -18,6 +18,7 @@ from typing import Any
 from checkworthy.scorers import fewshot_prompt, prompt
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.classifier import ADAPTER_TYPES, ARTEFACT_ROOT, ClassifierScorer, model_type
+from checkworthy.scorers.ensemble import EnsembleScorer
 from checkworthy.scorers.file_scorer import FileScorer
 from checkworthy.scorers.http_retry import RetryPolicy
 from checkworthy.scorers.sampling_presets import GREEDY, Sampling, paper_sampling
@@ -114,8 +115,6 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
             return LoraClassifierScorer(name, **kwargs), NO_PROMPT
         return ClassifierScorer(name, **kwargs), NO_PROMPT
     if kind == "ensemble":
-        from checkworthy.scorers.ensemble import EnsembleScorer
-
         refs = [r.strip() for r in name.split("+")]
         if len(refs) < 2 or not all(refs):
             raise ValueError(f"{spec!r}: an ensemble names two or more classifiers, e.g. "
