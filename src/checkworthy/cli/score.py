@@ -95,6 +95,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="setfit, lora: training texts per class, a seeded sample of the training set "
                         "(default: setfit 500, lora every text)")
     p.add_argument("--steps", type=positive_int, default=600, help="setfit: contrastive batches of pairs")
+    p.add_argument("--device", default="cpu",
+                   help="lora: the torch device that trains (cpu, cuda, cuda:1); evaluation runs on the CPU")
     p.add_argument("--no-dvc", action="store_true",
                    help="lora, setfit: do not dvc add / dvc push the artefact")
     p.add_argument("--root", help="artefact root (default: models/classifier)")
@@ -109,7 +111,8 @@ def run_train(args: argparse.Namespace) -> int:
 
         if args.method == "lora":
             art = train_lora(args.name, base=args.base, examples=args.examples, epochs=args.epochs,
-                             rank=args.rank, exclude=exclude, seed=args.seed, root=root, echo=print)
+                             rank=args.rank, exclude=exclude, seed=args.seed, root=root, device=args.device,
+                             echo=print)
         else:
             from checkworthy.runs.train_setfit import train_setfit  # start-up: setfit, datasets
 

@@ -82,8 +82,9 @@ def length_batches(idx: np.ndarray, lengths: np.ndarray, batch_size: int, gen: A
 
 def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank: int, lr: float,
               head_lr: float, batch_size: int, val_share: float, seed: int, echo: Callable[[str], None],
-              base: Base = MINILM) -> tuple[Any, Any, dict[str, Any]]:
-    """Train the adapter and head; return them (the epoch with the lowest validation log-loss)."""
+              base: Base = MINILM, device: str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
+    """Train the adapter and head on ``device`` (a torch device: ``cpu``, ``cuda``); return them on
+    the CPU (the epoch with the lowest validation log-loss)."""
     import copy
 
     import torch
@@ -93,11 +94,11 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank:
     torch.manual_seed(seed)
     model, tok = load_base(base)
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1, target_modules=base.target_modules)
-    encoder = get_peft_model(model, config)
+    encoder = get_peft_model(model, config).to(device)
     encoder.peft_config["default"].base_model_name_or_path = base.model  # not this machine's path
-    head = torch.nn.Linear(base.hidden_size, 2)
+    head = torch.nn.Linear(base.hidden_size, 2).to(device)
     tr, va = _split(labels, val_share, seed)
-    y = torch.tensor(np.asarray(labels), dtype=torch.long)
+    y = torch.tensor(np.asarray(labels), dtype=torch.long, device=device)
     adapter = [p for p in encoder.parameters() if p.requires_grad]
     groups = [{"params": adapter, "lr": lr}, {"params": list(head.parameters()), "lr": head_lr}]
     opt = torch.optim.AdamW(groups, weight_decay=0.01)
@@ -106,7 +107,7 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank:
     gen = torch.Generator().manual_seed(seed)
 
     def batch_of(idx: np.ndarray) -> dict[str, Any]:
-        return encode(tok, base, [texts[i] for i in idx])
+        return {k: v.to(device) for k, v in encode(tok, base, [texts[i] for i in idx]).items()}
 
     def batch_logits(idx: np.ndarray) -> Any:
         return logits(encoder, head, batch_of(idx), pooling=base.pooling)
@@ -146,12 +147,15 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank:
     assert best is not None
     encoder.load_state_dict(best[1], strict=False)
     head.load_state_dict(best[2])
+    encoder.to("cpu")
+    head.to("cpu")
     hyper = {"rank": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.1, "target_modules": base.target_modules,
              "epochs": epochs, "lr": lr, "head_lr": head_lr, "batch_size": batch_size, "weight_decay": 0.01,
              "schedule": "linear, 6% warm-up", "max_tokens": MAX_TOKENS, "val_share": val_share,
              "epoch_selection": "lowest validation log-loss (held back from the training texts)",
              "history": history, "chosen_epoch": min(history, key=lambda h: h["val_log_loss"])["epoch"],
-             "n_train": len(tr), "n_val": len(va), "seed": seed}
+             "n_train": len(tr), "n_val": len(va), "seed": seed,
+             "device": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else str(device)}
     return encoder, head, hyper
 
 
@@ -217,15 +221,22 @@ def train_lora(
     groups: Mapping[str, Sequence[Claim]] | None = None,
     sources: Sequence[str] | None = None,
     root: Path = ARTEFACT_ROOT,
+    device: str = "cpu",
     echo: Callable[[str], None] = lambda _: None,
 ) -> LoraArtefact:
-    """Fine-tune, save and evaluate a LoRA classifier on ``base`` (a key of :data:`BASES`), on every
-    training text or ``examples`` of each class; unset options take the base's :data:`DEFAULTS`;
-    seed and calibration sizes from params.yaml."""
+    """Fine-tune (on ``device``), save and evaluate (on the CPU) a LoRA classifier on ``base`` (a key
+    of :data:`BASES`), on every training text or ``examples`` of each class; unset options take the
+    base's :data:`DEFAULTS`; seed and calibration sizes from params.yaml."""
     import torch
 
     if base not in BASES:
         raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
+    try:
+        usable = torch.device(device).type == "cpu" or torch.cuda.is_available()
+    except RuntimeError:
+        usable = False
+    if not usable:
+        raise ValueError(f"--device {device}: not a device this machine has (cpu, or cuda where a GPU is)")
     chosen = BASES[base]
     given = {"epochs": epochs, "rank": rank, "lr": lr, "head_lr": head_lr, "batch_size": batch_size}
     opts = DEFAULTS[base] | {k: v for k, v in given.items() if v is not None}
@@ -240,7 +251,7 @@ def train_lora(
         texts, labels = [texts[i] for i in pick], [labels[i] for i in pick]
         echo(f"a balanced sample of {len(texts):,} ({sum(labels):,} check-worthy)")
     encoder, head, hyper = fine_tune(texts, labels, **opts, val_share=val_share, seed=seed, echo=echo,
-                                     base=chosen)
+                                     base=chosen, device=device)
     manifest = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_rev": git_rev(),

