@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 
 import numpy as np
 import pytest
@@ -105,6 +106,7 @@ def test_gemma_base_trains_an_adapter_read_at_the_last_token(tiny, tmp_path):
     m = art.manifest
     assert m["model_type"] == classifier.GEMMA_LORA and m["base_model"]["pooling"] == "last"
     assert m["training_data"]["n_trained_on"] == 24 and m["hyperparameters"]["rank"] == 8
+    assert m["hyperparameters"]["device"] == "cpu"
     folder = tmp_path / "tg" / art.version
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "gemma-3-270m"
     assert sum(p.stat().st_size for p in folder.iterdir()) < 10_000_000  # the adapter, not Gemma
@@ -133,3 +135,42 @@ def test_the_ensemble_scores_the_mean_log_odds_of_its_members():
     assert "claimbuster:2016" in params["excluded"]
     with pytest.raises(ValueError, match="two or more"):
         make_scorer("ensemble:minilm-lora")
+
+
+@pytest.mark.parametrize("device", ["cuda", "tpu:0"])
+def test_training_on_a_device_this_machine_lacks_is_refused_before_anything_is_written(device, tmp_path, capsys):
+    from checkworthy.cli.main import main
+
+    code = main(["train-classifier", "--name", "x", "--method", "lora", "--device", device,
+                 "--root", str(tmp_path / "root")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and f"--device {device}" in err
+    assert not (tmp_path / "root").exists()
+
+
+def test_an_ensemble_in_the_store_joins_its_members_stored_scores(engine):
+    """Members scored first (or found) under their own keys; the ensemble's stored score is the same
+    as its fresh one, and once the members are stored the ensemble scores nothing again."""
+    from checkworthy.runs.scoring import score_missing
+    from checkworthy.store import rows as store
+
+    tag = uuid.uuid4().hex[:8]
+    groups = training.load_groups(2026, {"claimbuster": None, "clef2024": 1203})
+    texts = [f"{c.text} ({tag})" for c in random.Random(11).sample(groups["claimbuster:2016"], 8)]
+    with engine.begin() as conn:
+        hashes = store.store_texts(conn, texts)
+    ensemble, _ = make_scorer("ensemble:minilm-lora+gemma-lora")
+    first, second = ensemble.members
+    assert score_missing(engine, first, hashes[:4], "none")[0] == 4  # one member has half the texts
+    calls: list[tuple[int, int]] = []
+    n_new, n_old, keys = score_missing(engine, ensemble, hashes, "none", chunk_size=3,
+                                       progress=lambda d, t: calls.append((d, t)))
+    assert (n_new, n_old) == (8, 0)
+    assert calls == [(3, 4), (4, 4), (3, 8), (6, 8), (8, 8), (3, 8), (6, 8), (8, 8)]  # first's 4, second's 8, own 8
+    for member in (first, second):
+        assert score_missing(engine, member, hashes, "none")[:2] == (0, 8)
+    with engine.connect() as conn:
+        stored = store.stored_predictions(conn, {"p_positive": keys["p_positive"]}, hashes)
+    fresh = [o["p_positive"].score for o in ensemble.score(texts)]
+    assert [stored[(h, "p_positive")].score for h in hashes] == pytest.approx(fresh, abs=1e-5)  # other batches
+    assert score_missing(engine, ensemble, hashes, "none")[:2] == (0, 8)

@@ -2,7 +2,8 @@
 
 Scores are committed chunk by chunk: if the model runtime dies mid-way, the finished
 chunks are kept and a rerun scores only the rest. A text is never scored twice for the
-same model, prompt version and parameters (the store's unique key).
+same model, prompt version and parameters (the store's unique key). An ensemble's members are
+scored (or found) first, each under its own key, and the ensemble's score joins theirs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Engine
 
-from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.base import Score, Scorer
 from checkworthy.store import rows as store
 
 Progress = Callable[[int, int], None]
@@ -39,11 +40,22 @@ def score_missing(
             store.ensure_prompt_version(conn, prompt_version, prompt_guidelines, prompt_template)
         todo = store.unscored_texts(conn, text_hashes, model_id, prompt_version,
                                     store.params_hash(params), scorer.score_kinds)
+    members = getattr(scorer, "members", None)  # an ensemble: its members' own stored scores
+    member_keys = [score_missing(engine, m, [h for h, _ in todo], prompt_version, prompt_guidelines,
+                                 prompt_template, chunk_size, flow_run_id, progress)[2]["p_positive"]
+                   for m in members or ()]
     total = len(todo)
     done = 0
     for start in range(0, total, chunk_size):
         chunk = todo[start : start + chunk_size]
-        outputs = scorer.score([t for _, t in chunk])
+        if members:
+            with engine.connect() as conn:
+                stored = [store.stored_predictions(conn, {"p_positive": k}, [h for h, _ in chunk])
+                          for k in member_keys]
+            outputs = scorer.combine([[Score(r.score, r.parse_status, r.raw_output) for r in
+                                       (rows[(h, "p_positive")] for h, _ in chunk)] for rows in stored])
+        else:
+            outputs = scorer.score([t for _, t in chunk])
         with engine.begin() as conn:
             store.insert_predictions(conn, model_id, prompt_version, params,
                                      [(h, out) for (h, _), out in zip(chunk, outputs)], flow_run_id)

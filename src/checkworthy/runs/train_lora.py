@@ -232,7 +232,8 @@ def train_lora(
     if base not in BASES:
         raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
     try:
-        usable = torch.device(device).type == "cpu" or torch.cuda.is_available()
+        kind = torch.device(device).type
+        usable = kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
     except RuntimeError:
         usable = False
     if not usable:

@@ -7,7 +7,10 @@ sentence vector and Gemma's last token) err on different claims, and their mean 
 either (docs/method.md, "Two fine-tuned models together"). Each probability is clipped to
 [1e-6, 1 - 1e-6] before its log-odds, so a member's 0 or 1 cannot decide alone.
 
-A claim a member cannot score gets no score, with that member's status. Score kinds are the
+A claim a member cannot score gets no score, with that member's status. Where a store keeps the
+members' scores, :func:`checkworthy.runs.scoring.score_missing` scores each member once and joins
+their stored scores with :meth:`EnsembleScorer.combine`, so an ensemble run after its members'
+runs scores nothing again. Score kinds are the
 classifiers' (:mod:`checkworthy.scorers.classifier`): ``p_positive`` and the paper's ``paper_c``.
 """
 
@@ -55,10 +58,13 @@ class EnsembleScorer:
 
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
         """Both score kinds for each text, from one pass of every member."""
-        per_member = [m.score(texts) for m in self.members]
+        return self.combine([[r["p_positive"] for r in m.score(texts)] for m in self.members])
+
+    def combine(self, per_member: Sequence[Sequence[Score]]) -> list[dict[str, Score]]:
+        """Both score kinds for each text from each member's ``p_positive`` of it (in member order):
+        how :meth:`score` joins fresh scores and the store joins scores it already holds."""
         out = []
-        for row in zip(*per_member):
-            scores = [r["p_positive"] for r in row]
+        for scores in zip(*per_member):
             failed = next((s for s in scores if s.score is None), None)
             if failed is not None:
                 out.append({k: Score(None, failed.status, failed.raw) for k in SCORE_KINDS})
