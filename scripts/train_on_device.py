@@ -37,17 +37,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 def used_tokens() -> list[int]:
     """Token ids of every text the trainer and its evaluation read (template included)."""
     from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, leakage_free_set
-    from checkworthy.scorers.lora_classifier import GEMMA, MAX_TOKENS, load_base
+    from checkworthy.scorers.embedded_gemma import load_tokenizer
+    from checkworthy.scorers.lora_classifier import GEMMA, encode
 
     ts, groups, _, _ = leakage_free_set(DEFAULT_EXCLUDE, None, None, None, None)
     texts = list(ts.texts) + [c.text for claims in groups.values() for c in claims]
-    _, tok = load_base(GEMMA)
+    tok = load_tokenizer()
     ids = {tok.pad_token_id, tok.bos_token_id, tok.eos_token_id}
-    for s in range(0, len(texts), 1024):
-        enc = tok([GEMMA.template.format(text=t) for t in texts[s: s + 1024]], truncation=True,
-                  max_length=MAX_TOKENS)
-        for row in enc["input_ids"]:
-            ids.update(row)
+    for s in range(0, len(texts), 1024):  # as the trainer tokenises: template, truncation, padding
+        ids.update(encode(tok, GEMMA, texts[s: s + 1024])["input_ids"].unique().tolist())
     return sorted(ids)
 
 
@@ -69,11 +67,11 @@ def pack(out: Path, max_mib: float) -> list[Path]:
     kept[ids] = region[ids]
     header = lzma.compress(raw[:start])
     rest = header + raw[start + size:]
+    cut = int(max_mib * 2**20)
     meta = {"file": gguf.name, "embedding_offset": start, "embedding_bytes": size, "rows": rows,
-            "header_xz_bytes": len(header), "rest_pieces": -(-len(rest) // int(max_mib * 2**20)),
+            "header_xz_bytes": len(header), "rest_pieces": -(-len(rest) // cut),
             "sha256": hashlib.sha256(raw[:start] + kept.tobytes() + raw[start + size:]).hexdigest()}
     tokenizer = converted_model_dir()  # the tokenizer as this machine's transformers builds it
-    cut = int(max_mib * 2**20)
     pieces = [(f"rest.{i}", rest[s: s + cut]) for i, s in enumerate(range(0, len(rest), cut))]
     pieces += [(f"{f}.xz", lzma.compress((tokenizer / f).read_bytes())) for f in TOKENIZER_FILES]
     pieces += [("ids.npy", npy(ids)), ("rows.npy", npy(region[ids])),
@@ -98,9 +96,14 @@ def npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def files_in(dirs: list[Path]) -> dict[str, Path]:
+    """Every file ``pack`` wrote, by name, wherever its folder arrived."""
+    return {p.name: p for d in dirs for p in d.iterdir()}
+
+
 def rebuild(dirs: list[Path], target: Path) -> Path:
     """The trimmed GGUF from ``pack``'s folders, its sha256 checked."""
-    find = {p.name: p for d in dirs for p in d.iterdir()}
+    find = files_in(dirs)
     if "meta.json" not in find:
         raise SystemExit("meta.json missing (send every folder pack wrote)")
     meta = json.loads(find["meta.json"].read_text())
@@ -127,7 +130,7 @@ def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device
     from checkworthy.scorers.embedded_gemma import cache_dir, converted_model_dir
 
     target = converted_model_dir(gguf=rebuild(dirs, cache_dir() / "gguf"))  # a full one is used as is
-    find = {p.name: p for d in dirs for p in d.iterdir()}
+    find = files_in(dirs)
     for f in TOKENIZER_FILES:
         (target / f).write_bytes(lzma.decompress(find[f"{f}.xz"].read_bytes()))
     kept = set(np.load(find["ids.npy"]).tolist())

@@ -211,10 +211,8 @@ def test_parse_answer_never_invents_a_score(answer: str, expected: tuple[float |
 @pytest.mark.slow
 def test_prefix_fits_well_inside_gemmas_sliding_window() -> None:
     """The shared prefix stays under ~450 Gemma tokens (sliding window: 512)."""
-    from transformers import AutoTokenizer
+    from checkworthy.scorers.embedded_gemma import load_tokenizer
 
-    from checkworthy.scorers.embedded_gemma import converted_model_dir
-
-    tokenizer = AutoTokenizer.from_pretrained(converted_model_dir(), local_files_only=True)
+    tokenizer = load_tokenizer()
     n_tokens = 1 + len(tokenizer(build_prefix(load_guidelines()), add_special_tokens=False).input_ids)
     assert n_tokens < 450, n_tokens

@@ -99,11 +99,16 @@ def converted_model_dir(directory: Path | None = None, gguf: Path | None = None)
     return target
 
 
+def load_tokenizer(directory: Path | None = None) -> Any:
+    """The model's tokenizer alone (no weights loaded)."""
+    return AutoTokenizer.from_pretrained(converted_model_dir(directory), local_files_only=True)
+
+
 def load_model(directory: Path | None = None) -> tuple[Any, Any, dict[str, str]]:
     """Model (fp32, eval mode), tokenizer and model-file identity."""
-    target = converted_model_dir(directory)
-    tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32)
+    tokenizer = load_tokenizer(directory)
+    model = AutoModelForCausalLM.from_pretrained(converted_model_dir(directory), local_files_only=True,
+                                                 dtype=torch.float32)
     model.eval()
     return model, tokenizer, model_identity()
 
