@@ -38,7 +38,7 @@ from checkworthy.scorers.sentence_encoder import embed
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
-from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
+from checkworthy.store.knn import EF_SEARCH, EXACT, HNSW_EF_CONSTRUCTION, HNSW_M, KnnPath, nearest_labelled
 from tests.conftest import raw_path
 
 K, DIM, NOISE, CHUNK = 10, 384, 0.02, 10_000
@@ -185,7 +185,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="5,000 x 50,000 at scale (about a minute or two)")
     ap.add_argument("--workers", type=int, default=2, help="connections at once (default 2: the cores)")
-    ap.add_argument("--ef-search", type=int, default=100)
+    ap.add_argument("--ef-search", type=int, default=EF_SEARCH)
     ap.add_argument("--sample", type=int, default=2000, help="queries timed on the exact paths at scale")
     ap.add_argument("--queries", type=int, help="query claims at scale (default 1,000,000; --quick 50,000)")
     args = ap.parse_args()
@@ -197,8 +197,8 @@ def main() -> None:
     rows = [size(engine, "claimbuster", vecs, 1314, 2745, 2745, args.workers, args.ef_search),
             size(engine, "scale", vecs, n_l, n_q, args.sample, args.workers, args.ef_search)]
     engine.dispose()
-    print(f"load average {os.getloadavg()[0]:.2f}; {args.workers} connections; k = {K}; HNSW m 16, "
-          f"ef_construction 64, ef_search {args.ef_search}")
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.workers} connections; k = {K}; HNSW m {HNSW_M}, "
+          f"ef_construction {HNSW_EF_CONSTRUCTION} (halfvec), ef_search {args.ef_search}")
     print("| size | L x queries | exact SQL s | numpy s | exact / numpy | HNSW SQL s | HNSW claims/s | "
           "recall@10 | index build s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -19,7 +19,10 @@ differ from a fresh HNSW run in a few rows: both recalls are printed, and only t
 match row for row.
 
 2026-11-25, 2 idle cores, one run each: exact 7.51 s against 72.0 s (9.6x, 0 rows differ); HNSW
-6.55 s against 41.0 s (6.3x, 1 row of 100,000 differs, recall@5 1.000 for both).
+6.55 s against 41.0 s (6.3x, 1 row of 100,000 differs, recall@5 1.000 for both). 2026-11-26, HNSW
+on migration 0012's index (ef_search 80): 7.23 s against 42.0 s (5.8x, 130 rows differ, recall
+0.999 both); ``--targets 1000000``: 82.0 s (store 58.2 s) against 396.0 s (4.8x, 1,143 rows differ,
+recall 1.000 both).
 
 Result on 2026-11-23 (2 cores, nothing else running, load ~1.1 with the bench itself): 18,986
 claims recomputed, 81,014 copied; incremental 2.44 s (pools 0.09, plan 1.60, compute 0.06, store
@@ -45,7 +48,7 @@ from checkworthy.runs.recalibration import recalibrate
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.engine import embedded_url, get_engine
-from checkworthy.store.knn import KNN_PATHS
+from checkworthy.store.knn import EF_SEARCH, KNN_PATHS
 
 DIM, CENTROIDS = 384, 64
 
@@ -140,7 +143,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--knn", choices=KNN_PATHS, default="exact",
                     help="the runs' kNN path: hnsw compares an incremental HNSW run with a fresh one")
-    ap.add_argument("--ef-search", type=int, default=100)
+    ap.add_argument("--ef-search", type=int, default=EF_SEARCH)
     args = ap.parse_args()
     quiet_offline_env()
     engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-recal-{os.getpid()}", "bench",

@@ -18,7 +18,7 @@ from checkworthy.runs.recalibration import find_parent, recalibrate, spec_from_r
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run, runs_in_force
-from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
+from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, nearest_labelled
 from tests.test_recalibrate import assert_equals_full, build_world
 
 HNSW = KnnPath("hnsw", 100)
@@ -52,6 +52,20 @@ def test_hnsw_finds_the_exact_neighbours_at_their_exact_distances(engine, world)
     assert same and all(d == pytest.approx(d_exact[(q, n)], abs=1e-6) for q, n, d in same)
     labels = dict(zip(exact.neighbor_ids.ravel(), exact.labels.ravel()))
     assert all(labels.get(n, lab) == lab for n, lab in zip(approx.neighbor_ids.ravel(), approx.labels.ravel()))
+
+
+def test_a_run_records_the_index_the_store_holds(engine):
+    with engine.connect() as conn:
+        definition, options = conn.execute(text(
+            """SELECT pg_get_indexdef(c.oid), c.reloptions FROM pg_class c
+               WHERE c.relname = 'knn_vectors_hnsw'""")).one()
+    recorded = HNSW.as_dict()
+    assert "halfvec_cosine_ops" in definition and recorded["index_vectors"] == "halfvec"
+    assert sorted(options) == sorted([f"m={recorded['m']}", f"ef_construction={recorded['ef_construction']}"])
+    # a run found on another build (or by another path) is not one whose lists a new run keeps
+    assert HNSW.found(recorded | {"recall_at_k": 0.99}) and EXACT.found(None) and EXACT.found({"path": "exact"})
+    assert not HNSW.found(recorded | {"ef_construction": 64}) and not HNSW.found(None)
+    assert not EXACT.found(recorded)
 
 
 def test_leave_one_out_on_the_hnsw_path(engine, world):
@@ -110,7 +124,7 @@ def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(en
     full = {int(c): (list(n), t) for c, n, t in zip(ids, nb.neighbor_ids, res.theta)}
     assert out.mode == "incremental" and out.parent_run_id == parent and 0 < out.n_recomputed < len(spec.claim_ids)
     knn = run["params"]["knn"]
-    assert knn["path"] == "hnsw" and knn["ef_search"] == 100 and knn["recall_at_k"] >= FLOOR
+    assert knn["path"] == "hnsw" and knn["ef_search"] == EF_SEARCH and knn["recall_at_k"] >= FLOOR
     assert knn["recall_sample"] == min(200, len(spec.claim_ids))
     assert set(inc) == set(full)  # every claim, like a fresh HNSW search of the new index
     same = [c for c in inc if inc[c][0] == full[c][0]]

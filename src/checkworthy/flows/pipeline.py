@@ -60,6 +60,7 @@ from checkworthy.flows.tasks import (
     validate_task,
     version_data_task,
 )
+from checkworthy.store.knn import EF_SEARCH
 
 
 def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
@@ -88,7 +89,7 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
                         target, claim_ids, lin["label_set_id"], key, k, params["alpha"], params["threshold"],
                         params.get("interval", "z"), dv, verdict["validation_run_id"], db_url,
                         params.get("correction", "paper"), params.get("knn", "exact"),
-                        params.get("ef_search", 100)))
+                        params.get("ef_search", EF_SEARCH)))
     return runs
 
 

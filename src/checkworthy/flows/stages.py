@@ -30,6 +30,7 @@ from checkworthy.flows.tasks import (
     version_data_task,
     write_json,
 )
+from checkworthy.store.knn import EF_SEARCH
 
 STAGES = ("validate", "embed", "score", "calibrate", "evaluate")
 METRICS = ROOT / "metrics"
@@ -74,7 +75,7 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
                                params["threshold"], params.get("interval", "z"), dv,
                                verdicts[p["lineage"]]["validation_run_id"], db_url,
                                params.get("correction", "paper"), params.get("knn", "exact"),
-                               params.get("ef_search", 100))
+                               params.get("ef_search", EF_SEARCH))
                 for p in prepared if verdicts[p["lineage"]]["success"] for key in keys for k in params["k"]]
         out = {"runs": runs, "blocked": sorted(n for n, v in verdicts.items() if not v["success"])}
         write_json(METRICS / "calibration.json", out)

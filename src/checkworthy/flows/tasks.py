@@ -43,6 +43,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run, targets_needing_work
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.engine import get_engine
+from checkworthy.store.knn import EF_SEARCH
 from checkworthy.store.metrics import metrics_summary
 
 
@@ -181,7 +182,8 @@ def announce_drift(db_url: str | None, run_ids: list[int]) -> None:
 def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
                    alpha: float, threshold: float, interval: str, dv: int | None,
                    validation_run_id: int | None, db_url: str | None,
-                   correction: str = "paper", knn: str = "exact", ef_search: int = 100) -> dict[str, Any]:
+                   correction: str = "paper", knn: str = "exact", ef_search: int = EF_SEARCH,
+                   ) -> dict[str, Any]:
     """One calibration, brought up to date: reused, incremental from the previous run, or full."""
     spec = RunSpec(target=target, claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
                    key=store.ScoreKey(key["model_id"], key["prompt_version"], key["params_hash"],

@@ -47,7 +47,7 @@ from checkworthy.store.calibration_runs import (
     unlock_run_key,
 )
 from checkworthy.store.embeddings import claim_embeddings
-from checkworthy.store.knn import EXACT, KnnPath, Neighbours, load_pool, nearest_labelled
+from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, Neighbours, load_pool, nearest_labelled
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
     ScoreKey,
@@ -86,7 +86,7 @@ class RunSpec:
     #: how neighbours are found (:class:`checkworthy.store.knn.KnnPath`): ``exact`` or ``hnsw``
     #: with its ``ef_search``; an HNSW run records its recall against the exact path
     knn: str = "exact"
-    ef_search: int = 100
+    ef_search: int = EF_SEARCH
 
     @property
     def knn_path(self) -> KnnPath:
@@ -239,7 +239,7 @@ PRIORS = ("labelled", "batch")
 
 def check_methods(interval_method: str, correction: str, prior: str = "labelled",
                   review_risk: str = "error", max_risk: float = 0.1, delta: float = 0.1,
-                  knn: str = "exact", ef_search: int = 100) -> None:
+                  knn: str = "exact", ef_search: int = EF_SEARCH) -> None:
     """Refuse unknown method names, bounds outside (0, 1) and an unknown kNN path or ef_search
     before anything is computed or stored."""
     KnnPath(knn, ef_search)

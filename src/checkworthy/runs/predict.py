@@ -29,7 +29,7 @@ from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
 from checkworthy.store import rows as store
-from checkworthy.store.knn import KnnPath
+from checkworthy.store.knn import EF_SEARCH, KnnPath
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Recommended:
     max_risk: float = 0.1
     delta: float = 0.1
     knn: str = "exact"
-    ef_search: int = 100
+    ef_search: int = EF_SEARCH
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:

@@ -183,7 +183,7 @@ def find_parent(conn: Connection, spec: RunSpec) -> int | None:
     same lineage."""
     return find_parent_run(conn, spec.target, spec.label_set_id, spec.key, spec.embed_model, spec.k,
                            spec.alpha, spec.threshold, spec.interval_method, spec.correction,
-                           spec.knn, spec.ef_search)
+                           spec.knn_path.as_dict())
 
 
 def run_knn_path(run: Any) -> KnnPath:
@@ -194,9 +194,9 @@ def run_knn_path(run: Any) -> KnnPath:
 
 def same_knn_path(run: Any, spec: RunSpec) -> bool:
     """Whether ``run`` found its neighbours the way ``spec`` does: an exact run's lists are merged
-    exactly, an HNSW run's keep the index's approximation (so its ``ef_search`` must match too)."""
-    path = run_knn_path(run)
-    return path.path == spec.knn and (spec.knn == "exact" or path.ef_search == spec.ef_search)
+    exactly, an HNSW run's keep the index's approximation (so its ``ef_search`` and the index's
+    build must match too)."""
+    return spec.knn_path.found((run["params"] or {}).get("knn"))
 
 
 def pool_changes(conn: Connection, spec: RunSpec, parent_run_id: int) -> PoolChanges:

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.method.nnppi import NNPPIResult
+from checkworthy.store.knn import EXACT
 from checkworthy.store.rows import ScoreKey
 
 #: the columns of a result row, in the order the writers give them
@@ -161,12 +162,12 @@ def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
 
 def find_parent_run(
     conn: Connection, target: str, label_set_id: int, key: ScoreKey, embed_model: str, k: int,
-    alpha: float, threshold: float, interval_method: str, correction: str, knn_path: str = "exact",
-    ef_search: int | None = None,
+    alpha: float, threshold: float, interval_method: str, correction: str,
+    knn: Mapping[str, Any] | None = None,
 ) -> int | None:
     """The newest complete run of the same calibration on any version of ``label_set_id``'s lineage,
-    whose neighbours were found the same way (a run that records no path was exact; an HNSW run
-    with the same ``ef_search``)."""
+    whose neighbours were found the same way: its recorded ``params->'knn'`` holds every field of
+    ``knn`` (a run that records none was exact; an HNSW run: the same ``ef_search`` and index build)."""
     return conn.execute(
         text(
             """SELECT r.id FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
@@ -176,14 +177,13 @@ def find_parent_run(
                  AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
                  AND r.threshold = :th AND r.interval_method = :im
                  AND coalesce(r.params->>'correction', 'paper') = :corr
-                 AND coalesce(r.params->'knn'->>'path', 'exact') = :knn
-                 AND (r.params->'knn'->>'ef_search')::int IS NOT DISTINCT FROM :ef
+                 AND coalesce(r.params->'knn', '{"path": "exact"}') @> CAST(:knn AS jsonb)
                ORDER BY r.id DESC LIMIT 1"""
         ),
         {"t": target, "ls": label_set_id, "m": key.model_id, "pv": key.prompt_version,
          "ph": key.params_hash, "sk": key.score_kind, "em": embed_model, "k": k, "a": alpha,
-         "th": threshold, "im": interval_method, "corr": correction, "knn": knn_path,
-         "ef": ef_search if knn_path != "exact" else None},
+         "th": threshold, "im": interval_method, "corr": correction,
+         "knn": json.dumps(dict(knn or EXACT.as_dict()))},
     ).scalar()
 
 
