@@ -47,7 +47,9 @@ def run(ids: list[int], warm: list[int], db_url: str, model: dict[str, Any], wor
         chunk: int) -> float:
     """Seconds to embed and score ``ids`` on ``workers`` Dask workers (None: threads in this
     process), after a first batch (``warm``) has loaded the models off the clock. Each worker gets
-    cores / workers OpenMP threads, so the workers neither idle nor fight over the cores."""
+    cores / workers threads for OpenMP and for the BLAS (torch's matrix products run on MKL, which
+    Dask's nanny would limit to one thread apart from OpenMP), so the workers neither idle nor
+    fight over the cores."""
     params = {"models": [model], "scale_out": {"dask": None, "chunk_size": chunk}}
     if workers is None:
         fan_out(warm, params, db_url)
@@ -55,7 +57,9 @@ def run(ids: list[int], warm: list[int], db_url: str, model: dict[str, Any], wor
         fan_out(ids, params, db_url)
         return time.perf_counter() - t0
     threads = str(max(1, CORES // workers))  # Dask's nanny would start every worker with 1
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": threads}), \
+    environ = "distributed.nanny.pre-spawn-environ"
+    with dask.config.set({f"{environ}.{name}": threads
+                          for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                          dashboard_address=None) as cluster:
         params["scale_out"]["dask"] = cluster.scheduler_address
