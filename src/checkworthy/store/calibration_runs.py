@@ -17,7 +17,6 @@ from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.method.nnppi import NNPPIResult
-from checkworthy.store.knn import EXACT
 from checkworthy.store.rows import ScoreKey
 
 #: the columns of a result row, in the order the writers give them
@@ -162,12 +161,12 @@ def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
 
 def find_parent_run(
     conn: Connection, target: str, label_set_id: int, key: ScoreKey, embed_model: str, k: int,
-    alpha: float, threshold: float, interval_method: str, correction: str,
-    knn: Mapping[str, Any] | None = None,
+    alpha: float, threshold: float, interval_method: str, correction: str, knn: Mapping[str, Any],
 ) -> int | None:
     """The newest complete run of the same calibration on any version of ``label_set_id``'s lineage,
     whose neighbours were found the same way: its recorded ``params->'knn'`` holds every field of
-    ``knn`` (a run that records none was exact; an HNSW run: the same ``ef_search`` and index build)."""
+    ``knn`` (a :meth:`checkworthy.store.knn.KnnPath.as_dict`; a run that records none was exact;
+    an HNSW run: the same ``ef_search`` and index build)."""
     return conn.execute(
         text(
             """SELECT r.id FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
@@ -182,8 +181,7 @@ def find_parent_run(
         ),
         {"t": target, "ls": label_set_id, "m": key.model_id, "pv": key.prompt_version,
          "ph": key.params_hash, "sk": key.score_kind, "em": embed_model, "k": k, "a": alpha,
-         "th": threshold, "im": interval_method, "corr": correction,
-         "knn": json.dumps(dict(knn or EXACT.as_dict()))},
+         "th": threshold, "im": interval_method, "corr": correction, "knn": json.dumps(dict(knn))},
     ).scalar()
 
 
