@@ -1,0 +1,86 @@
+"""What the default scores cost a claim: claims/s of every model pass the defaults need, in this
+process, on the same new CLEF sentences, and the claims a day on this machine when every claim
+gets them all.
+
+Two sets of defaults: ``predict``'s model (params.yaml ``predict.model``, the recommended path)
+and the main job's ``models:`` list (the paper's scores beside the classifiers). An ensemble costs
+its members' passes (the flows store each member's score once and join them), each distinct pass
+(same spec and parameters) is counted once, and every claim is embedded with MiniLM once for the
+kNN. Each pass is timed after a first batch has loaded its model. Prints a table and a JSON line.
+Run from the repository root: ``.venv/bin/python -m bench.bench_scoring_cost [--n 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from bench.bench_scale import CORES, DAY, texts
+from checkworthy.config import PARAMS_FILE, load_params, quiet_offline_env
+from checkworthy.scorers.ensemble import EnsembleScorer
+from checkworthy.scorers.registry import make_scorer
+from checkworthy.scorers.sentence_encoder import embed
+
+WARM = 12
+
+
+def passes(entries: Sequence[Mapping[str, Any]], scoring: Mapping[str, Any]) -> dict[str, Any]:
+    """The distinct scorers the model entries need, an ensemble as its members, by a readable name."""
+    found: dict[str, Any] = {}
+    for entry in entries:
+        options = dict(scoring) | {k: v for k, v in entry.items() if k != "spec"}
+        scorer, _ = make_scorer(entry["spec"], **options)
+        for s in scorer.members if isinstance(scorer, EnsembleScorer) else [scorer]:
+            identity = json.dumps(s.params(), sort_keys=True, default=str)
+            name = s.spec + (f" ({entry['sampling']})" if "sampling" in entry else "")
+            if identity not in {json.dumps(v.params(), sort_keys=True, default=str) for v in found.values()}:
+                found[name] = s
+    return found
+
+
+def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:
+    """Claims/s of ``run`` on ``sample`` after a first batch off the clock."""
+    run(sample[:WARM])
+    t0 = time.perf_counter()
+    run(sample[WARM:])
+    return (len(sample) - WARM) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=200, help="texts timed per pass (default 200)")
+    args = ap.parse_args()
+    quiet_offline_env()
+    params = load_params(PARAMS_FILE)
+    sample = texts(3000 + args.n + WARM)[3000:]  # sentences bench_scale's first runs do not use
+    scoring = params.get("scoring") or {}
+    sets = {"predict": passes([{"spec": params["predict"]["model"]}], scoring),
+            "main job": passes(params["models"], scoring)}
+    rates = {"MiniLM embedding (every claim)": rate(embed, sample)}
+    for found in sets.values():
+        for name, scorer in found.items():
+            if name not in rates:
+                rates[name] = rate(scorer.score, sample)
+    rows = []
+    for label, found in sets.items():
+        names = ["MiniLM embedding (every claim)", *found]
+        per_claim = sum(1 / rates[n] for n in names)
+        rows.append({"defaults": label, "passes": names, "claims_per_s": 1 / per_claim,
+                     "claims_per_day": DAY / per_claim, "claims_per_day_per_core": DAY / per_claim / CORES})
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.n} texts a pass, {CORES} cores, one process")
+    print("| pass | claims/s |\n|---|---:|")
+    for name, r in rates.items():
+        print(f"| {name} | {r:.1f} |")
+    print("\n| defaults | passes | claims/s | claims/day | claims/day/core |\n|---|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['defaults']} | {len(r['passes'])} | {r['claims_per_s']:.1f} | "
+              f"{r['claims_per_day']:,.0f} | {r['claims_per_day_per_core']:,.0f} |")
+    print(json.dumps({"bench": "scoring_cost", "passes": rates, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
