@@ -26,20 +26,19 @@ from checkworthy.scorers.registry import make_scorer
 from checkworthy.scorers.sentence_encoder import embed
 
 WARM = 12
+EMBEDDING = "MiniLM embedding (every claim)"
 
 
 def passes(entries: Sequence[Mapping[str, Any]], scoring: Mapping[str, Any]) -> dict[str, Any]:
     """The distinct scorers the model entries need, an ensemble as its members, by a readable name."""
-    found: dict[str, Any] = {}
+    found: dict[str, tuple[str, Any]] = {}  # by the scorer's parameters: the first name wins
     for entry in entries:
         options = dict(scoring) | {k: v for k, v in entry.items() if k != "spec"}
         scorer, _ = make_scorer(entry["spec"], **options)
         for s in scorer.members if isinstance(scorer, EnsembleScorer) else [scorer]:
-            identity = json.dumps(s.params(), sort_keys=True, default=str)
             name = s.spec + (f" ({entry['sampling']})" if "sampling" in entry else "")
-            if identity not in {json.dumps(v.params(), sort_keys=True, default=str) for v in found.values()}:
-                found[name] = s
-    return found
+            found.setdefault(json.dumps(s.params(), sort_keys=True, default=str), (name, s))
+    return dict(found.values())
 
 
 def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:
@@ -60,14 +59,14 @@ def main() -> None:
     scoring = params.get("scoring") or {}
     sets = {"predict": passes([{"spec": params["predict"]["model"]}], scoring),
             "main job": passes(params["models"], scoring)}
-    rates = {"MiniLM embedding (every claim)": rate(embed, sample)}
+    rates = {EMBEDDING: rate(embed, sample)}
     for found in sets.values():
         for name, scorer in found.items():
             if name not in rates:
                 rates[name] = rate(scorer.score, sample)
     rows = []
     for label, found in sets.items():
-        names = ["MiniLM embedding (every claim)", *found]
+        names = [EMBEDDING, *found]
         per_claim = sum(1 / rates[n] for n in names)
         rows.append({"defaults": label, "passes": names, "claims_per_s": 1 / per_claim,
                      "claims_per_day": DAY / per_claim, "claims_per_day_per_core": DAY / per_claim / CORES})

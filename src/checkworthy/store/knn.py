@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
-from checkworthy.config import EMBED_MODEL
+from checkworthy.config import EMBED_DIM, EMBED_MODEL
 from checkworthy.store.engine import local_settings
 from checkworthy.store.rows import ScoreKey, bigint_array
 
@@ -57,7 +57,8 @@ QUERY_CLAIMS = """SELECT c.id AS claim_id, c.text_hash, e.embedding
 #: a query claim's distance to a pool member, inside the kNN statements below
 NEIGHBOUR_DISTANCE = cosine_distance("lab.embedding", "q.embedding")
 #: the expression the HNSW index orders by (migration 0012's index expression, at half precision)
-HALF_PRECISION_DISTANCE = cosine_distance("(v.embedding::halfvec(384))", "(q.embedding::halfvec(384))")
+HALF_PRECISION_DISTANCE = cosine_distance(f"(v.embedding::halfvec({EMBED_DIM}))",
+                                          f"(q.embedding::halfvec({EMBED_DIM}))")
 
 KNN_SQL = text(
     f"""
