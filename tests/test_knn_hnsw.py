@@ -66,6 +66,8 @@ def test_a_run_records_the_index_the_store_holds(engine):
     assert HNSW.found(recorded | {"recall_at_k": 0.99}) and EXACT.found(None) and EXACT.found({"path": "exact"})
     assert not HNSW.found(recorded | {"ef_construction": 64}) and not HNSW.found(None)
     assert not EXACT.found(recorded)
+    # what a run recorded reads back as its path; a run that recorded none was exact
+    assert KnnPath.recorded_by(recorded) == HNSW and KnnPath.recorded_by(None) == EXACT
 
 
 def test_leave_one_out_on_the_hnsw_path(engine, world):

@@ -88,7 +88,7 @@ from checkworthy.store.calibration_runs import (
     stored_neighbour_ids,
     unlock_run_key,
 )
-from checkworthy.store.knn import EXACT, KnnPath, nearest_labelled
+from checkworthy.store.knn import KnnPath, nearest_labelled
 from checkworthy.store.lineages import target_claim_ids
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
@@ -184,12 +184,6 @@ def find_parent(conn: Connection, spec: RunSpec) -> int | None:
     return find_parent_run(conn, spec.target, spec.label_set_id, spec.key, spec.embed_model, spec.k,
                            spec.alpha, spec.threshold, spec.interval_method, spec.correction,
                            spec.knn_path.as_dict())
-
-
-def run_knn_path(run: Any) -> KnnPath:
-    """The kNN path a stored run took (``params->'knn'``; a run recording none was exact)."""
-    knn = (run["params"] or {}).get("knn") or {}
-    return KnnPath(knn.get("path", "exact"), knn.get("ef_search", EXACT.ef_search))
 
 
 def same_knn_path(run: Any, spec: RunSpec) -> bool:
@@ -558,7 +552,7 @@ def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunS
     """The same calibration as ``run`` on another label set and the target's current claims."""
     params = run["params"] or {}
     review = params.get("review") or {}
-    path = run_knn_path(run)
+    path = KnnPath.recorded_by(params.get("knn"))
     return RunSpec(
         target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
         key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.method.nnppi import NNPPIResult
+from checkworthy.store.knn import UNRECORDED
 from checkworthy.store.rows import ScoreKey
 
 #: the columns of a result row, in the order the writers give them
@@ -176,12 +177,13 @@ def find_parent_run(
                  AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
                  AND r.threshold = :th AND r.interval_method = :im
                  AND coalesce(r.params->>'correction', 'paper') = :corr
-                 AND coalesce(r.params->'knn', '{"path": "exact"}') @> CAST(:knn AS jsonb)
+                 AND coalesce(r.params->'knn', CAST(:unrecorded AS jsonb)) @> CAST(:knn AS jsonb)
                ORDER BY r.id DESC LIMIT 1"""
         ),
         {"t": target, "ls": label_set_id, "m": key.model_id, "pv": key.prompt_version,
          "ph": key.params_hash, "sk": key.score_kind, "em": embed_model, "k": k, "a": alpha,
-         "th": threshold, "im": interval_method, "corr": correction, "knn": json.dumps(dict(knn))},
+         "th": threshold, "im": interval_method, "corr": correction, "knn": json.dumps(dict(knn)),
+         "unrecorded": json.dumps(UNRECORDED)},
     ).scalar()
 
 
@@ -208,7 +210,8 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
                    PARTITION BY r.target, r.model_id, r.params_hash, r.score_kind, r.embed_model, r.k,
                                 r.alpha, r.threshold, r.interval_method,
                                 coalesce(r.params->>'correction', 'paper'),
-                                coalesce(r.params->'knn'->>'path', 'exact'), r.params->'knn'->>'ef_search'
+                                coalesce(r.params->'knn', CAST(:unrecorded AS jsonb))->>'path',
+                                r.params->'knn'->>'ef_search'
                                 ORDER BY r.id DESC) AS n,
                    rank() OVER (PARTITION BY r.target, r.model_id, r.score_kind
                                 ORDER BY pv.created_at DESC) AS prompt_rank
@@ -218,7 +221,7 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
                  WHERE t.label_set_name = :n AND r.status = 'complete')
                SELECT * FROM r WHERE n = 1 AND prompt_rank = 1 ORDER BY id"""
         ),
-        {"n": label_set_name},
+        {"n": label_set_name, "unrecorded": json.dumps(UNRECORDED)},
     ).mappings())
 
 

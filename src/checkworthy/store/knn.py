@@ -219,6 +219,10 @@ KNN_PATHS = ("exact", "hnsw")
 HNSW_M, HNSW_EF_CONSTRUCTION, EF_SEARCH = 16, 200, 80
 
 
+#: what a run that records no kNN path took: runs stored before the HNSW path were all exact
+UNRECORDED: Mapping[str, Any] = {"path": "exact"}
+
+
 @dataclass(frozen=True)
 class KnnPath:
     """How neighbours are found: ``exact`` (a top-k sort over the whole pool) or ``hnsw``
@@ -241,10 +245,16 @@ class KnnPath:
                 "ef_construction": HNSW_EF_CONSTRUCTION, "index_vectors": "halfvec",
                 "iterative_scan": "strict_order"}
 
+    @classmethod
+    def recorded_by(cls, recorded: Mapping[str, Any] | None) -> KnnPath:
+        """The path a run took, from what it recorded (its ``params->'knn'``)."""
+        knn = recorded or UNRECORDED
+        return cls(knn["path"], knn.get("ef_search", EF_SEARCH))
+
     def found(self, recorded: Mapping[str, Any] | None) -> bool:
-        """Whether a run that recorded ``recorded`` (its ``params->'knn'``; none: exact) found its
-        neighbours this way, on this index build: only then may a recalibration keep its lists."""
-        return (recorded or {"path": "exact"}).items() >= self.as_dict().items()
+        """Whether a run that recorded ``recorded`` (its ``params->'knn'``) found its neighbours
+        this way, on this index build: only then may a recalibration keep its lists."""
+        return (recorded or UNRECORDED).items() >= self.as_dict().items()
 
 
 EXACT = KnnPath()
