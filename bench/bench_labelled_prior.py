@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from checkworthy.config import VAR_DIR, load_params
+from checkworthy.config import VAR_DIR, labelled_sizes, load_params
 from checkworthy.data.datasets import build_splits, load_dataset
 from checkworthy.method import metrics
 from checkworthy.runs.held_out import held_out_events, write_claims
@@ -72,8 +72,7 @@ def figures(d: pd.DataFrame) -> dict[str, float]:
 def main() -> None:
     params = load_params()
     seed = params["seed"]
-    n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
-    labelled, events = held_out_events(seed, n_per_class)
+    labelled, events = held_out_events(seed, labelled_sizes(params))
     WORK.mkdir(parents=True, exist_ok=True)
     files = {ds: labelled_files(write_claims(WORK / f"{ds}-labelled.csv", claims), pool_share(ds, seed), seed)
              for ds, claims in labelled.items()}

@@ -37,6 +37,12 @@ def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
     return load_params(path.parent / base) | params if base else params
 
 
+def labelled_sizes(params: dict[str, Any]) -> dict[str, int | None]:
+    """Each dataset's calibration-set size per class (``sampling: NAME: n_per_class``; None: the
+    paper's)."""
+    return {name: (v or {}).get("n_per_class") for name, v in (params.get("sampling") or {}).items()}
+
+
 def quiet_offline_env() -> None:
     """Keep every tool off the network: no hub downloads, no analytics."""
     for key, value in {

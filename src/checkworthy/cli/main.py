@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_file, positive_int
-from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
+from checkworthy.config import PARAMS_FILE, REPORTS_DIR, labelled_sizes, load_params, quiet_offline_env
 from checkworthy.errors import DataError, StoreBusy, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -448,7 +448,7 @@ def cmd_demonstrations(args: argparse.Namespace) -> int:
         return 2
     params = load_params()
     seed = params["seed"] if args.seed is None else args.seed
-    n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
+    n_per_class = labelled_sizes(params)
     made_by = f"checkworthy demonstrations --n {args.n} --seed {seed}"
     try:
         data = write_demonstrations(args.n, seed, n_per_class, Path(out), made_by=made_by)

@@ -33,7 +33,7 @@ from typing import Any
 
 from prefect import flow, unmapped
 
-from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, load_params
+from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, labelled_sizes, load_params
 from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
     apply_labels_task,
@@ -138,8 +138,7 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
                            {"params": params, "limit": limit})
     prepared = []
     for name in params["datasets"]:
-        n_per_class = (params.get("sampling", {}).get(name) or {}).get("n_per_class")
-        p = prepare_task(name, params["seed"], n_per_class, dv, db_url, limit, echo)
+        p = prepare_task(name, params["seed"], labelled_sizes(params).get(name), dv, db_url, limit, echo)
         say(f"{name}: calibration set {len(p['calibration_ids'])} claims ({p['lineage']}, label set "
             f"{p['label_set_id']}), test {len(p['test_ids'])}", echo)
         prepared.append(p)

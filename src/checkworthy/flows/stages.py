@@ -17,7 +17,7 @@ from typing import Any
 
 from prefect import flow
 
-from checkworthy.config import DVC_REPORT, PARAMS_FILE, REPORTS_DIR, ROOT, load_params
+from checkworthy.config import DVC_REPORT, PARAMS_FILE, REPORTS_DIR, ROOT, labelled_sizes, load_params
 from checkworthy.flows.tasks import (
     bounds_of,
     calibrate_task,
@@ -53,8 +53,8 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
             compare_task(run_ids, db_url)
         return evaluate_task(run_ids, db_url, str(METRICS / "evaluation.json"), DVC_REPORT, str(REPORTS_DIR),
                              params.get("report"))
-    sampling = params.get("sampling", {})
-    prepared = [prepare_task(name, params["seed"], (sampling.get(name) or {}).get("n_per_class"), dv, db_url)
+    sizes = labelled_sizes(params)
+    prepared = [prepare_task(name, params["seed"], sizes.get(name), dv, db_url)
                 for name in params["datasets"]]
     ids = sorted({i for p in prepared for i in p["calibration_ids"] + p["test_ids"]})
     out: dict[str, Any]

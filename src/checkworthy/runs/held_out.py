@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
-from checkworthy.config import DATA_DIR, VAR_DIR, load_params
+from checkworthy.config import DATA_DIR, VAR_DIR, labelled_sizes, load_params
 from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
@@ -196,7 +196,7 @@ def evaluate_held_out(
     on each L (``{predictor: {dataset: auc}}``), the figure predictors are chosen by."""
     params = load_params() if params is None else params
     seed = params["seed"]
-    n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
+    n_per_class = labelled_sizes(params)
     labelled, events = held_out_events(seed, n_per_class, limit)
     work = work_dir or VAR_DIR / "held-out" / (f"limit-{limit}" if limit else "full")
     l_files = {ds: write_claims(work / f"{ds}-labelled.csv", claims) for ds, claims in labelled.items()}

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from checkworthy.config import DATA_DIR, EMBED_DIM, EMBED_MODEL, VAR_DIR, load_params
+from checkworthy.config import DATA_DIR, EMBED_DIM, EMBED_MODEL, VAR_DIR, labelled_sizes, load_params
 from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
@@ -158,7 +158,7 @@ def leakage_free_set(
     params = load_params()
     seed = params["seed"] if seed is None else seed
     if n_per_class is None:
-        n_per_class = {k: v.get("n_per_class") for k, v in params.get("sampling", {}).items()}
+        n_per_class = labelled_sizes(params)
     if groups is None:
         groups = load_groups(seed, n_per_class)
     ts = build_training_set(groups, exclude, sources)
