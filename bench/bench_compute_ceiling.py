@@ -27,12 +27,13 @@ from typing import Any
 
 import torch
 
-from bench.bench_scale import CORES, DAY, texts
+from bench.bench_scale import CORES, DAY
+from bench.bench_scoring_cost import rate, sample_texts
 from checkworthy.config import quiet_offline_env
 from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
 from checkworthy.scorers.lora_classifier import GEMMA, MINILM, base_encoder, encode, tokenizer
 
-N, WARM = 200, 12
+N = 200
 
 
 def peak_flops() -> float:
@@ -84,7 +85,7 @@ def token_prob_flops(scorer: EmbeddedGemmaScorer, sample: Sequence[str]) -> floa
 def main() -> None:
     quiet_offline_env()
     torch.set_num_threads(CORES)
-    sample = texts(3000 + N + WARM)[3000:]
+    sample = sample_texts(N)
     gemma = EmbeddedGemmaScorer(token_prob_only=True, progress=False)
     minilm = base_encoder()
     minilm_lengths = encode(tokenizer(), MINILM, sample)["attention_mask"].sum(1).tolist()
@@ -104,10 +105,7 @@ def main() -> None:
          2 * gemma_pass + lora_pass + 2 * minilm_pass, 1_000_000),
     ]
     peak = peak_flops()
-    gemma.score(sample[:WARM])
-    t0 = time.perf_counter()
-    gemma.score(sample[WARM:])
-    measured = (N - WARM) / (time.perf_counter() - t0)
+    measured = rate(gemma.score, sample)
     rows = [{"passes": name, "gflop_per_claim": f / 1e9, "ceiling_claims_per_s": peak / f,
              "ceiling_claims_per_day": DAY * peak / f, "target_claims_per_day": target,
              "reachable": DAY * peak / f >= target} for name, f, target in sets]

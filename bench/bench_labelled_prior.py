@@ -22,12 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from checkworthy.config import VAR_DIR, labelled_sizes, load_params
 from checkworthy.data.datasets import build_splits, load_dataset
-from checkworthy.method import metrics
+from checkworthy.runs.held_out import figures as event_figures
 from checkworthy.runs.held_out import held_out_events, write_claims
 
 WORK = VAR_DIR / "bench-labelled-prior"
@@ -58,15 +57,14 @@ def labelled_files(path: Path, share: float, seed: int) -> dict[str, Path]:
     return out
 
 
-def figures(d: pd.DataFrame) -> dict[str, float]:
+def figures(d: pd.DataFrame) -> dict[str, float | None]:
+    """The held-out evaluation's figures of theta and the decisions, and the share decided
+    automatically (OUT's ``review`` column) with the error among those."""
     y, decision = d.label.to_numpy(), d.decision.to_numpy().astype(int)
     automated = d.review.to_numpy() == 0
     error = float((decision[automated] != y[automated]).mean()) if automated.any() else None
-    return {"n": len(d), "share": float(y.mean()), "f1_1": metrics.per_class(y, decision)[1]["f1"],
-            "weighted_f1": metrics.weighted_f1(y, decision),
-            "ece": metrics.expected_calibration_error(y, np.clip(d.theta.to_numpy(), 0, 1)),
-            "automated": float(automated.mean()),
-            "error_automated": error}
+    return event_figures(y, d.theta.to_numpy(), decision) | {
+        "automated": float(automated.mean()), "error_automated": error}
 
 
 def main() -> None:
@@ -76,7 +74,7 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     files = {ds: labelled_files(write_claims(WORK / f"{ds}-labelled.csv", claims), pool_share(ds, seed), seed)
              for ds, claims in labelled.items()}
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    results: dict[str, dict[str, dict[str, float | None]]] = {}
     for kind, suffix in KINDS.items():
         joined = {}
         for event in events:
@@ -98,8 +96,8 @@ def main() -> None:
     for kind, by_event in results.items():
         for name, f in by_event.items():
             err = "-" if f["error_automated"] is None else f"{f['error_automated']:.3f}"
-            print(f"| {kind} | {name} | {f['share']:.3f} | {f['f1_1']:.3f} | {f['weighted_f1']:.3f} | "
-                  f"{f['ece']:.3f} | {f['automated']:.0%} | {err} |")
+            print(f"| {kind} | {name} | {f['share_positive']:.3f} | {f['f1_1']:.3f} | "
+                  f"{f['weighted_f1']:.3f} | {f['ece']:.3f} | {f['automated']:.0%} | {err} |")
     print(json.dumps({"bench": "labelled_prior", "sizes": sizes, "results": results}))
 
 

@@ -41,6 +41,12 @@ def passes(entries: Sequence[Mapping[str, Any]], scoring: Mapping[str, Any]) -> 
     return dict(found.values())
 
 
+def sample_texts(n: int) -> list[str]:
+    """``n`` CLEF sentences, and a first batch of ``WARM`` before them, that bench_scale's first runs
+    do not use."""
+    return texts(3000 + n + WARM)[3000:]
+
+
 def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:
     """Claims/s of ``run`` on ``sample`` after a first batch off the clock."""
     run(sample[:WARM])
@@ -55,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     quiet_offline_env()
     params = load_params(PARAMS_FILE)
-    sample = texts(3000 + args.n + WARM)[3000:]  # sentences bench_scale's first runs do not use
+    sample = sample_texts(args.n)
     scoring = params.get("scoring") or {}
     sets = {"predict": passes([{"spec": params["predict"]["model"]}], scoring),
             "main job": passes(params["models"], scoring)}
