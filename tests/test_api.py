@@ -296,14 +296,32 @@ def test_concurrent_requests_lose_and_duplicate_nothing(engine, paper, world):
 
 
 def test_a_batch_from_another_domain_raises_the_drift_figure_and_event(engine, world, harness):
+    """The drifting batch's claims go to a person (cause stored; those beyond the radius marked far),
+    the answer and /metrics say so in a line, and the event carries it; the batch of the labelled
+    kind is untouched."""
     server = Server(engine, Selection(world.lineage, {"correction": "paper"}))
     try:
         same = post(server, "/score/sentences", {"sentences": world.dev[20:40]}, world.scorer).json()
+        calm = httpx.get(f"{server.url}/metrics").text
         other = post(server, "/score/sentences", {"sentences": COOKING[:20]}, world.scorer).json()
+        metrics = httpx.get(f"{server.url}/metrics").text
     finally:
         server.close()
     assert not same["drift"]["alert"] and same["drift"]["share"] <= same["drift"]["tolerance"]
     assert other["drift"]["alert"] and other["drift"]["share"] >= 0.9
+    assert same["drift_notice"] is None and not any(r["far"] for r in same["results"])
+    notice = other["drift_notice"]
+    assert notice.startswith(f"drift: {other['drift']['share']:.0%} of this batch") and "review export" in notice
+    far = [r for r in other["results"] if r["far"]]
+    assert len(far) == other["drift"]["n_beyond"] and all(r["review"] for r in other["results"])
+    assert all("far from every labelled claim" in r["reason"] for r in far)
+    with engine.connect() as conn:
+        causes = dict(conn.execute(text("SELECT claim_id, cause FROM review_queue WHERE run_id = :r"),
+                                   {"r": other["run_id"]}).all())
+    assert causes == {r["claim_id"]: "drift" for r in other["results"]}
+    assert 'checkworthy_api_drift_info{notice="no drift: ' in calm
+    assert f'checkworthy_api_drift_info{{notice="{notice}"}} 1.0' in metrics
+    assert 'checkworthy_api_claims_review_drift_total{endpoint="sentences"} 20.0' in metrics
     for body, stored in ((other, True), (same, False)):
         event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{body['run_id']}"))
         assert _event_stored(event) is stored

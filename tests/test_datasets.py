@@ -1,4 +1,5 @@
-"""Loaders and splits against the real ClaimBuster / CLEF 2024 files and tiny broken ones."""
+"""Loaders and splits against the real ClaimBuster / CLEF 2024 / CheckThat! tweet files and tiny
+broken ones."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
     KNOWN_SHA256,
+    TWEET_FILES,
+    TWEETS,
     Claim,
     LoadReport,
     build_splits,
     claimbuster_split,
     load_claimbuster,
     load_clef,
+    load_dataset,
+    load_tweets,
     normalise_text,
     sha256_file,
     shared_texts,
@@ -485,3 +490,65 @@ def test_claimbuster_malformed_raises(tmp_path, case):
 def test_clef_split_name_required(tmp_path):
     with pytest.raises(ValueError):
         load_clef(write(tmp_path, "t.tsv", CLEF_HEADER), "")
+
+
+# --------------------------------------------------------------------------- tweets (CheckThat! 2021, 2022)
+
+
+@pytest.fixture(scope="module")
+def tweets() -> dict[str, tuple[list[Claim], LoadReport]]:
+    out = {}
+    for split, name in TWEET_FILES.items():
+        path = raw_file(f"tweets/{name}")
+        out[split] = load_tweets(path, split, expected_sha256=KNOWN_SHA256[name])
+    return out
+
+
+def test_tweet_counts_and_the_two_rounded_ids(tweets):
+    counts = {s: (len(c), sum(x.label for x in c)) for s, (c, _) in tweets.items()}
+    assert counts == {"ct22-train": (2_120, 445), "ct21-train": (764, 258), "ct22-dev": (195, 44),
+                      "ct21-dev": (140, 60), "ct21-test": (304, 11)}
+    claims, report = tweets["ct22-train"]
+    assert report.rows_read == 2_122 and [d.row for d in report.dropped] == [1225, 1355]
+    assert all("spreadsheet" in d.reason for d in report.dropped)
+    assert all("sha256 matches" in " ".join(r.notes) for _, r in tweets.values())
+    assert {c.dataset for c in claims} == {TWEETS} and all(c.source_id.isdigit() for c in claims)
+
+
+@pytest.mark.parametrize("split", sorted(TWEET_FILES))
+def test_tweet_parser_agrees_with_csv_module(tweets, split):
+    claims, _ = tweets[split]
+    with open(raw_file(f"tweets/{TWEET_FILES[split]}"), newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh, delimiter="\t"))[1:]
+    expected = [(r[1], r[3].strip(), int(r[-1])) for r in rows if r[1].isdigit()]
+    assert expected == [(c.source_id, c.text, c.label) for c in claims]
+
+
+def test_tweet_splits_take_l_from_the_train_files_and_u_from_ct22_dev(tweets):
+    every = [c for claims, _ in tweets.values() for c in claims]
+    sp = build_splits(TWEETS, every, seed=2026)
+    cal, test, pool = sp["calibration"], sp["test"], sp["pool"]
+    assert (len(test), sum(c.label for c in test)) == (195, 44) and {c.split for c in test} == {"ct22-dev"}
+    assert {c.split for c in pool} == {"ct22-train", "ct21-train"}
+    assert len({c.source_id for c in pool}) == len(pool) == 2_637  # one row per tweet, CT22's first
+    both = {c.source_id for c in tweets["ct22-train"][0]} & {c.source_id for c in tweets["ct21-train"][0]}
+    assert both and all(c.split == "ct22-train" for c in pool if c.source_id in both)
+    # CT21 train holds 19 tweets of CT22 dev (5 with another text): set aside by id and by text
+    assert len(sp["excluded"]) == 19 and {c.source_id for c in sp["excluded"]} <= {c.source_id for c in test}
+    assert not {c.source_id for c in pool} & {c.source_id for c in test} and shared_texts(pool, test) == {}
+    assert len(cal) == 1_150 and Counter(c.label for c in cal) == {0: 575, 1: 575}
+
+
+def test_the_tweets_are_versioned_with_the_other_datasets():
+    """data.dvc tracks data/ with the tweet files in it, pushed to the in-repo remote."""
+    import yaml
+
+    from checkworthy.config import DATA_DIR
+    from checkworthy.data.versioning import dvc
+
+    claims, reports = load_dataset(TWEETS)
+    assert len(reports) == len(TWEET_FILES) and len(claims) == 2_120 + 764 + 195 + 140 + 304
+    for name in TWEET_FILES.values():
+        assert sha256_file(DATA_DIR / "raw" / "tweets" / name) == KNOWN_SHA256[name]
+    assert yaml.safe_load((REPO / "data.dvc").read_text())["outs"][0]["nfiles"] >= 12
+    assert dvc("status", "--cloud", "-q", "data.dvc", check=False).returncode == 0  # the remote has it

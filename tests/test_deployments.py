@@ -1,4 +1,4 @@
-"""The served deployments (src/checkworthy/flows/deploy.py) and the worker's (prefect.yaml) are the same five:
+"""The served deployments (src/checkworthy/flows/deploy.py) and the worker's (prefect.yaml) are the same six:
 same flows, schedules, event triggers and concurrency limits."""
 
 
@@ -9,14 +9,16 @@ from checkworthy.flows.events import GUIDELINES_UPDATED, LABELS_UPDATED
 
 
 def test_served_deployments_match_prefect_yaml(monkeypatch):
-    for var in ("CHECKWORTHY_PIPELINE_CRON", "CHECKWORTHY_NEW_CLAIMS_INTERVAL", "CHECKWORTHY_WATCH_INTERVAL"):
+    for var in ("CHECKWORTHY_PIPELINE_CRON", "CHECKWORTHY_NEW_CLAIMS_INTERVAL", "CHECKWORTHY_WATCH_INTERVAL",
+                "CHECKWORTHY_ADAPT_CRON"):
         monkeypatch.delenv(var, raising=False)
     from checkworthy.flows.deploy import deployments
 
     served = {d.name: d for d in deployments()}
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     listed = {d["name"]: d for d in spec["deployments"]}
-    assert set(served) == set(listed) == {"daily", "hourly", "watch", "on-label-change", "on-guideline-change"}
+    assert set(served) == set(listed) == {"daily", "hourly", "watch", "on-label-change", "on-label-growth",
+                                          "on-guideline-change"}
     for name, d in listed.items():
         s = served[name]
         assert d["entrypoint"].split(":")[1] == s.entrypoint.split(":")[-1], name  # the same flow function
@@ -37,4 +39,5 @@ def test_served_deployments_match_prefect_yaml(monkeypatch):
         assert ours_t == theirs_t, name
     assert served["on-label-change"].triggers[0].expect == {LABELS_UPDATED}
     assert served["on-guideline-change"].triggers[0].expect == {GUIDELINES_UPDATED}
+    assert served["on-label-growth"].triggers[0].expect == {LABELS_UPDATED}
     assert served["daily"].parameters == listed["daily"]["parameters"] == {"report_prefix": "daily"}

@@ -14,6 +14,7 @@ process is SIGKILLed too.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -164,12 +165,16 @@ def test_database_killed_mid_calibration(cluster):
             "SELECT h.run_id, h.status, h.effective_status, h.n_results, "
             "(SELECT count(*) FROM evaluation_metrics e WHERE e.run_id = h.run_id) AS n_metrics "
             "FROM audit_run_history h WHERE h.run_key = :k ORDER BY h.run_id"), {"k": key}).all()
-    # two crashed attempts: left 'running' (the server died before they could say 'failed'),
-    # shown as interrupted because nobody holds their lock, and without a single row
-    assert [tuple(r)[1:] for r in before] == [("running", "interrupted", 0, 0)] * 2
+    # two crashed attempts, without a single row: the first closed as abandoned when the second
+    # started; the second left 'running' (the server died before it could say 'failed'), shown
+    # as interrupted because nobody holds its lock
+    assert [tuple(r)[1:] for r in before] == [("abandoned", "abandoned", 0, 0), ("running", "interrupted", 0, 0)]
 
     run_id = run_calibration(engine, sc.spec())
     assert run_id not in {r.run_id for r in before}
+    with engine.connect() as conn:  # the rerun closed the second one
+        assert conn.execute(text("SELECT status FROM calibration_runs WHERE id = :r"),
+                            {"r": before[1].run_id}).scalar_one() == "abandoned"
     assert _results_by_source(engine, run_id) == expected
     with engine.connect() as conn:
         assert conn.execute(text(
@@ -180,6 +185,87 @@ def test_database_killed_mid_calibration(cluster):
     # the same call again reuses the complete run
     assert run_calibration(engine, sc.spec()) == run_id
     engine.dispose()
+
+
+# ------------------------------------------------------------------ the calibrating process dies
+
+
+def _claims_file(path, claims, labels: bool) -> str:
+    """``id,text,score[,label]`` of real claims (scores loosely following the label)."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "text", "score"] + (["label"] if labels else []))
+        for i, c in enumerate(claims):
+            w.writerow([c.source_id, c.text, f"{0.3 + 0.4 * c.label + (i % 7) / 35:.3f}"]
+                       + ([c.label] if labels else []))
+    return str(path)
+
+
+def test_a_killed_calibration_is_closed_as_abandoned(use_db, db_url, tmp_path):
+    """``checkworthy calibrate`` is SIGKILLed once its run is stored as running (held inside its
+    transaction by a table lock): the run is left running with no results, seen as live by
+    nobody's lock, and the next calibration to start marks it abandoned with the reason before
+    computing anew. No view, server lookup, explanation or report takes the abandoned run."""
+    from checkworthy.cli.main import main
+    from checkworthy.data.datasets import sha256_file
+    from checkworthy.store.audit import explain, find_claims
+    from checkworthy.store.calibration_runs import ABANDONED, close_abandoned_runs
+    from checkworthy.store.served_runs import newest_run
+
+    engine = use_db  # the session's database, also the command line's (DATABASE_URL)
+    claims = clef_claims()[200:290]
+    lab = _claims_file(tmp_path / "L.csv", claims[:60], labels=True)
+    unl = _claims_file(tmp_path / "U.csv", claims[60:], labels=False)
+    argv = ["calibrate", "--labeled", lab, "--unlabeled", unl, "--k", "5", "--out", str(tmp_path / "OUT.csv")]
+    target = f"upload:{sha256_file(unl)[:16]}:unlabeled"
+    runs = text("SELECT id, status, finished_at, params, (SELECT count(*) FROM calibrated_results r "
+                "WHERE r.run_id = c.id) AS n FROM calibration_runs c WHERE target = :t ORDER BY id")
+
+    holder = engine.connect()
+    holder.execute(text("LOCK TABLE calibrated_results IN EXCLUSIVE MODE"))
+    child = subprocess.Popen([sys.executable, "-m", "checkworthy.cli.main", *argv], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=os.environ | {"DATABASE_URL": db_url})
+    try:
+        wait_for(lambda: _waiting_on(engine, "INSERT INTO calibrated_results"), "the run to wait on its results")
+        with engine.connect() as conn:
+            (killed,) = conn.execute(runs, {"t": target}).all()
+        assert (killed.status, killed.finished_at, killed.n) == ("running", None, 0)
+        with engine.connect() as conn:  # a live run is never taken for a dead one
+            assert close_abandoned_runs(conn, "test") == []
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(TIMEOUT) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+        holder.rollback()
+        holder.close()
+
+    def effective() -> str:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT effective_status FROM audit_run_history WHERE run_id = :r"),
+                                {"r": killed.id}).scalar_one()
+
+    wait_for(lambda: effective() == "interrupted", "the killed process's session to end")
+    with engine.connect() as conn:
+        assert conn.execute(runs, {"t": target}).one().status == "running"  # nobody said otherwise
+
+    assert main(argv) == 0  # the next start closes it, then computes anew
+    with engine.connect() as conn:
+        abandoned, rerun = conn.execute(runs, {"t": target}).all()
+        in_force = conn.execute(text("SELECT run_id FROM calibrations_in_force WHERE target = :t"),
+                                {"t": target}).scalars().all()
+        served = newest_run(conn, f"upload:{sha256_file(lab)[:16]}:labeled")
+        decided = {d.row["run_id"] for d in explain(conn, find_claims(conn, claims[60].source_id,
+                                                                      target.rsplit(":", 1)[0]))}
+    assert (abandoned.id, abandoned.status, abandoned.n) == (killed.id, "abandoned", 0)
+    assert abandoned.finished_at is not None
+    assert abandoned.params["abandoned"] == {"reason": ABANDONED, "noticed_by": "the start of another calibration"}
+    assert (rerun.status, rerun.n) == ("complete", len(claims) - 60)
+    assert effective() == "abandoned"
+    assert in_force == [rerun.id] and served == rerun.id and decided == {rerun.id}
+    assert len((tmp_path / "OUT.csv").read_text().splitlines()) == len(claims) - 60 + 1
+    assert main(["report", f"run:{killed.id}"]) == 2  # a report takes complete runs only
 
 
 # ------------------------------------------------------------------ the model runtime dies

@@ -296,7 +296,8 @@ def test_newly_arrived_claims_are_scored_and_calibrated_incrementally(flows, set
 
 def test_a_refused_label_file_is_set_aside_and_later_files_still_apply(flows, setup, engine, first_run):
     """A file dropped in data/labels/ naming an unknown claim is refused with its reason stored and
-    moved to data/labels/rejected/; a good file dropped after it is applied, now and later."""
+    moved to data/labels/rejected/, as is one the validation suite rejects (as ``labels add`` does);
+    a good file dropped after them is applied, now and later."""
     repo, db = setup["repo"], setup["db_url"]
     labels_dir = repo / "data" / "labels"
     labels_dir.mkdir(parents=True, exist_ok=True)
@@ -309,13 +310,19 @@ def test_a_refused_label_file_is_set_aside_and_later_files_still_apply(flows, se
     good = labels_dir / "good.csv"
     good.write_text(f"id,dataset,label,source\n{member.source_id},clef2024,{member.label},annotator:ann\n",
                     encoding="utf-8")
-    os.utime(bad, (1, 1))  # the bad file is the older one: it is met first
+    suite = labels_dir / "suite.csv"  # a label 2 on a claim of the lineage: the suite rejects it
+    suite.write_text(f"id,dataset,label\n{member.source_id},clef2024,2\n", encoding="utf-8")
+    os.utime(bad, (1, 1))  # the bad files are the older ones: they are met first
+    os.utime(suite, (2, 2))
 
     out = flows.label_update_flow(None, str(repo), db, setup["params"])
     (refused,) = out["refused"]
     assert refused["path"] == str(bad) and "no-such-id" in refused["reason"]
     assert not bad.exists() and (labels_dir / "rejected" / "bad.csv").exists()
-    assert [u["status"] for u in out["updates"]] == ["applied"] and out["updates"][0]["path"].endswith("good.csv")
+    assert [(Path(u["path"]).name, u["status"]) for u in out["updates"]] == [("suite.csv", "rejected"),
+                                                                             ("good.csv", "applied")]
+    assert out["updates"][0]["moved_to"] == str(labels_dir / "rejected" / "suite.csv") and not suite.exists()
+    assert out["updates"][1]["moved_to"] is None and good.exists()
     with engine.connect() as conn:
         row = conn.execute(text("SELECT status, reason FROM label_updates WHERE path = :p"),
                            {"p": str(bad)}).one()

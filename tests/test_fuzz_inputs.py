@@ -19,6 +19,8 @@ import csv
 import io
 import json
 import random
+import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -157,6 +159,9 @@ def test_calibrate_process_exits_non_zero(db_url, tmp_path, case):
     assert not (tmp_path / "OUT.csv").exists()
 
 
+#: folders that exist and look writable to root (its permission bits say so) where no file can be
+#: created: a pseudo file system with no files of ours (/proc), one that refuses new files (/sys)
+UNWRITABLE = ("/proc", "/sys")
 #: options that cannot give a meaningful run: refused by the parser, before the store starts
 BAD_OPTIONS = {
     "alpha 0": (["--alpha", "0"], "--alpha"), "alpha 1": (["--alpha", "1"], "--alpha"),
@@ -171,6 +176,9 @@ BAD_OPTIONS = {
     "out is the labelled input": (["--out", "{L}"], "--out"),
     "out is a directory": (["--out", "{tmp}"], "--out"),
     "out in a missing directory": (["--out", "{tmp}/no/such/OUT.csv"], "--out"),
+    "out under a regular file": (["--out", "{L}/OUT.csv"], "--out"),
+    "out is a device": (["--out", "/dev/null"], "--out"),
+    **{f"out in {where}": (["--out", f"{where}/OUT.csv"], "--out") for where in UNWRITABLE},
 }
 
 
@@ -326,6 +334,9 @@ PREDICT_FILE_CASES: dict[str, tuple[dict[str, bytes], str]] = {
     "U latin-1 bytes": ({"PU": "id,text\nu1,Caf\xe9 prices rose.\n".encode("latin-1")}, "{PU}"),
 }
 CALIBRATE = ["calibrate", "--labeled", "{L}", "--unlabeled", "{U}", "--k", "2", "--out", "{OUT}"]
+#: a U whose second row has the id of L's second row (another text: the files would mix two claims)
+SAME_ID_U = csv_bytes("u1,Prices went up 12 percent in March.,0.7", "a2,Good evening everyone.,0.1",
+                      header="id,text,score")
 SCORE = ["score", "--params", "", "--model", "file:{SC}", "--input", "{IN}", "--out", "{OUT}"]
 LABELS_ADD = ["labels", "add", "{LAB}"]
 REVIEW_IMPORT = ["review", "import", "{REV}"]
@@ -391,6 +402,8 @@ def _command_cases() -> dict[str, Case]:
             cases[f"calibrate U: {name}"] = Case(CALIBRATE, {"U": data}, "{U}")
     cases["calibrate U: no score column"] = Case(CALIBRATE, {"U": csv_bytes("u1,x,1", header="id,text,label")},
                                                  "{U}")
+    cases["calibrate U: an id of L"] = Case(CALIBRATE, {"U": SAME_ID_U}, "{U}, row 3, field 'id': 'a2' is "
+                                            "also the id of {L} row 3")
     for name, (extra, option) in BAD_OPTIONS.items():
         cases[f"calibrate option: {name}"] = Case(_with_option(CALIBRATE, option, *extra), named=option)
     cases["calibrate option: unknown interval"] = Case([*CALIBRATE, "--interval", "wide"], named="wide")
@@ -415,14 +428,19 @@ def _command_cases() -> dict[str, Case]:
         "model file missing": (_with_option(SCORE, "--model", "--model", "file:{tmp}/none.csv"), "none.csv"),
         "option without a value": ([*SCORE, "--opt", "temperature"], "temperature"),
         "input missing": (_with_option(SCORE, "--input", "--input", "{tmp}/none.csv"), "none.csv"),
+        **{f"out in {where}": (_with_option(SCORE, "--out", "--out", f"{where}/OUT.csv"), f"{where}/OUT.csv")
+           for where in UNWRITABLE},
     }.items():
         cases[f"score option: {name}"] = Case(args, named=named)
     for name, (data, named) in PREDICT_FILE_CASES.items():
         cases[f"predict: {name}"] = Case(PREDICT, data, named)
+    cases["predict: U with an id of L"] = Case(PREDICT, {"PU": csv_bytes("a2,Prices rose.", header="id,text")},
+                                               "{PU}, row 2, field 'id': 'a2' is also the id of {PL} row 3")
     for name, (extra, named) in {
         "alpha 0": (["--alpha", "0"], "--alpha"), "threshold nan": (["--threshold", "nan"], "--threshold"),
         "k 0": (["--k", "0"], "--k"), "k above the labelled rows": (["--k", "50"], "k=50"),
         "out is the labelled input": (["--out", "{PL}"], "--out"),
+        "out in /proc": (["--out", "/proc/OUT.csv"], "--out /proc/OUT.csv"),
         "unknown correction": (["--correction", "magic"], "magic"),
         "unknown interval": (["--interval", "wide"], "wide"),
         "unknown model kind": (["--model", "nosuch:model"], "nosuch"),
@@ -452,12 +470,22 @@ def _command_cases() -> dict[str, Case]:
         "csv into .json": (["--format", "csv"], "--out"),
         "out is a directory": (["--out", "{tmp}"], "--out"),
         "out in a missing directory": (["--out", "{tmp}/no/tasks.json"], "--out"),
+        **{f"out in {where}": (["--out", f"{where}/tasks.json"], f"--out {where}/tasks.json")
+           for where in UNWRITABLE},
         "unknown target": (["--target", "no-such:target"], "no-such:target"),
         "unknown target, random": (["--order", "random", "--target", "no-such:target"], "no-such:target"),
     }.items():
         cases[f"review export: {name}"] = Case(_with_option(REVIEW_EXPORT, extra[0], *extra), named=named)
     cases["labels add: no such file"] = Case(["labels", "add", "{tmp}/none.csv"], named="none.csv")
     cases["labels add: a directory"] = Case(["labels", "add", "{tmp}"], named="{tmp}")
+    for where in UNWRITABLE:  # checked before the store is asked for the report or the runs
+        cases[f"report: out in {where}"] = Case(["report", "run:1", "--out", f"{where}/reports"],
+                                                named=f"--out {where}/reports: nothing can be created")
+        cases[f"evaluate: out in {where}"] = Case(["evaluate", "--out", f"{where}/held-out"],
+                                                  named=f"--out {where}/held-out: nothing can be created")
+    cases["report: out is a file"] = Case(["report", "run:1", "--out", "{L}"], named="--out {L}: is a file")
+    cases["report: out under a file"] = Case(["report", "nosuch", "--out", "{L}/reports"],
+                                             named="--out {L}/reports: {L} is a file")
     return cases
 
 
@@ -473,8 +501,8 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
 def test_the_command_suite_covers_every_command():
     """At least 80 distinct bad inputs and options across the commands that take them."""
     by_command = Counter(name.split(" ")[0].rstrip(":") for name in COMMAND_CASES)
-    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "predict", "score", "labels", "review"}, \
-        by_command
+    assert len(COMMAND_CASES) >= 80 and set(by_command) == {"calibrate", "predict", "score", "labels", "review",
+                                                            "report", "evaluate"}, by_command
 
 
 @pytest.mark.parametrize("case", COMMAND_CASES)
@@ -496,6 +524,150 @@ def test_every_command_refuses_bad_input_before_writing(use_db, tmp_path, capsys
     assert spec.named.format(**subs) in err, err
     after = (table_counts(use_db), _tree(ROOT / "data"), (ROOT / "data.dvc").read_bytes(), _tree(tmp_path))
     assert after == before
+
+
+# ---------------------------------------------------------------- outputs that cannot be written
+
+#: what each command says of an output it cannot write (``{why}``: the system's words for it)
+NO_FILE = "error: --out {out}: no file can be created in {folder} ({why}); write the output elsewhere"
+NO_FOLDER = "error: --out {out}: nothing can be created in {folder} ({why}); write the output elsewhere"
+OUTPUT_LINES: dict[str, tuple[list[str], str]] = {
+    **{f"calibrate into {w}": (_with_option(CALIBRATE, "--out", "--out", f"{w}/o.csv"), NO_FILE) for w in UNWRITABLE},
+    "calibrate into a device": (_with_option(CALIBRATE, "--out", "--out", "/dev/null"),
+                                "error: --out /dev/null: exists and is not a regular file; name a file"),
+    "calibrate under a file": (_with_option(CALIBRATE, "--out", "--out", "{L}/o.csv"),
+                               "error: --out {L}/o.csv: {L} is a file, so no file can be made under it"),
+    "predict into /proc": (_with_option(PREDICT, "--out", "--out", "/proc/o.csv"), NO_FILE),
+    "score into /sys": (_with_option(SCORE, "--out", "--out", "/sys/o.csv"), NO_FILE),
+    "review export into /proc": (["review", "export", "--out", "/proc/tasks.json"], NO_FILE),
+    "report into /proc": (["report", "run:1", "--out", "/proc/reports"], NO_FOLDER),
+    "evaluate into /sys": (["evaluate", "--out", "/sys/held-out"], NO_FOLDER),
+}
+
+
+@pytest.mark.parametrize("case", OUTPUT_LINES)
+def test_an_output_that_cannot_be_written_is_refused_first(use_db, tmp_path, capsys, case):
+    """Root may write anywhere the permission bits say, yet not in /proc or /sys: the output is
+    tried (a file made and removed there) before anything is stored, and refused in one line."""
+    argv, line = OUTPUT_LINES[case]
+    paths = {k: tmp_path / f"{k}{SUFFIX.get(k, '.csv')}" for k in GOOD_FILES}
+    for k, path in paths.items():
+        path.write_bytes(GOOD_FILES[k])
+    argv = [a.format(**{k: str(v) for k, v in paths.items()}) for a in argv]
+    out = argv[argv.index("--out") + 1]
+    before = table_counts(use_db)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    expected = re.escape(line.format(out=out, folder=str(Path(out).parent), why="WHY",
+                                     L=paths["L"])).replace("WHY", "[^()]+")
+    assert re.fullmatch(expected, err), err
+    assert table_counts(use_db) == before
+
+
+def _private_mounts() -> bool:
+    """Whether a process here may mount a file system of its own (a private mount namespace:
+    root and util-linux's unshare), to fill it without touching the machine's."""
+    return bool(shutil.which("unshare")) and subprocess.run(
+        ["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+#: run "$@" with its output folder "$1" on a full disk: a 64 KiB tmpfs filled by a ballast file, in
+#: a mount namespace of its own (gone with the process); print the exit status and what is left
+ON_A_FULL_DISK = """
+mount -t tmpfs -o size=64k tmpfs "$1" || exit 99
+head -c 1000000 /dev/zero > "$1/ballast" 2>/dev/null
+folder=$1
+shift
+"$@"
+echo "exit $?"
+echo "left $(ls -A "$folder" | tr '\n' ' ')"
+"""
+
+
+def _on_a_full_disk(folder: Path, argv: list[str], db_url: str, home: Path) -> tuple[int, str, str]:
+    """``checkworthy argv`` writing into ``folder`` on a full disk: (exit status, the last line of
+    stderr, files left)."""
+    folder.mkdir()
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", ON_A_FULL_DISK, "sh", str(folder),
+         sys.executable, "-m", "checkworthy.cli.main", *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DATABASE_URL": db_url, "HOME": str(home)})
+    tail = dict(line.split(" ", 1) for line in proc.stdout.splitlines()[-2:])
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return int(tail["exit"]), proc.stderr.strip().splitlines()[-1], tail["left"].strip()
+
+
+def test_a_full_disk_at_the_final_write_leaves_no_partial_output(use_db, db_url, tmp_path, capsys):
+    """The disk fills after the checks passed: the last write fails, the half-written file is
+    removed, one line says so and that the work is stored; the same command again writes it
+    without computing anything anew."""
+    if not _private_mounts():
+        pytest.skip("needs a private mount namespace (root and unshare) to fill a file system")
+    claims = _real_claims(50)
+    lab, unl = tmp_path / "L.csv", tmp_path / "U.csv"
+    lab.write_bytes(_claims_csv(claims[:40], labels=True))
+    unl.write_bytes(_claims_csv(claims[40:], labels=False))
+    full = tmp_path / "full"
+    argv = ["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3"]
+    code, err, left = _on_a_full_disk(full, [*argv, "--out", f"{full}/OUT.csv"], db_url, tmp_path)
+    stored = re.search(r"; run (\d+) is stored", err)
+    run_id = int(stored[1]) if stored else None
+    assert (code, left) == (1, "ballast"), err
+    assert err == (f"error: {full}/OUT.csv: could not be written (No space left on device); no partial "
+                   f"output was left; run {run_id} is stored: the same command again writes it without "
+                   "recomputing"), err
+    before = table_counts(use_db)
+    assert main([*argv, "--out", str(tmp_path / "OUT.csv")]) == 0
+    assert f"(run {run_id}," in capsys.readouterr().out
+    assert table_counts(use_db) == before  # the stored run, reused
+    assert len((tmp_path / "OUT.csv").read_text().splitlines()) == 11
+
+    scores = tmp_path / "scores.csv"
+    scores.write_bytes(_score_file_bytes(_claims_csv(claims[40:], labels=False, scored=False)))
+    code, err, left = _on_a_full_disk(tmp_path / "full-2", ["score", "--params", "", "--model", f"file:{scores}",
+                                                           "--input", str(unl), "--out", f"{tmp_path}/full-2/S.csv"],
+                                      db_url, tmp_path)
+    assert (code, left) == (1, "ballast"), err
+    assert err == (f"error: {tmp_path}/full-2/S.csv: could not be written (No space left on device); no "
+                   "partial output was left; the scores are stored: the same command again writes them "
+                   "without scoring"), err
+
+
+def _real_claims(n: int) -> list:
+    claims, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    return claims[:n]
+
+
+def _claims_csv(claims: list, labels: bool, scored: bool = True) -> bytes:
+    """``id,text[,score][,label]`` of real claims, with scores loosely following the label."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "text"] + (["score"] if scored else []) + (["label"] if labels else []))
+    for i, c in enumerate(claims):
+        w.writerow([c.source_id, c.text] + ([f"{0.3 + 0.4 * c.label + (i % 5) / 25:.2f}"] if scored else [])
+                   + ([c.label] if labels else []))
+    return buf.getvalue().encode()
+
+
+def test_a_report_folder_is_written_whole_or_not_at_all(tmp_path):
+    """A report folder fails mid-way (a name the file system refuses): the old folder is left as it
+    was and nothing half-written stays beside it."""
+    from checkworthy.data.outputs import write_tree
+    from checkworthy.errors import OutputUnwritable
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "report.md").write_text("the old report\n")
+    with pytest.raises(OutputUnwritable, match="File name too long"):
+        write_tree(folder, {"report.md": b"new", f"figures/{'x' * 300}.png": b"png"})
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]
+    assert [p.name for p in folder.iterdir()] == ["report.md"]
+    assert (folder / "report.md").read_text() == "the old report\n"
+    write_tree(folder, {"report.md": b"new", "figures/a.png": b"png"})
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == ["figures", "figures/a.png",
+                                                                            "report.md"]
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]
 
 
 # ---------------------------------------------------------------- the dataset loaders

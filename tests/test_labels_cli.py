@@ -175,6 +175,33 @@ def test_labels_add_rejects_a_label_outside_0_1_and_applies_nothing(project, add
                                    "WHERE v.label_update_id = :u AND NOT r.success"), {"u": upd["id"]}).all()
     assert (upd["status"], upd["n_appended"]) == ("rejected", 0)  # the rejection is on record (audit)
     assert [(f.check_name, [r["line"] for r in f.unexpected_rows]) for f in failed] == [("label_in_0_1", [3])]
+    # like a file the watch flow refuses, its copy does not stay among data/labels/
+    rejected = repo / "data" / "labels" / "rejected" / path.name
+    assert f"  moved to {rejected}: data/labels/ keeps applied files only" in out, out
+    assert not (repo / "data" / "labels" / path.name).exists()
+    assert rejected.read_bytes() == path.read_bytes()
+
+
+def test_labels_add_of_a_refused_file_in_data_labels_sets_it_aside(project, added):
+    """A file already in data/labels/ that the checks refuse (an unknown claim) gets what the watch
+    flow gives it: one line naming file, row and field, its reason on record, moved to rejected/."""
+    engine, repo = project["engine"], project["repo"]
+    assert added["done"].returncode == 0
+    path = repo / "data" / "labels" / "unknown-claim.csv"
+    path.write_text("id,dataset,label\nno-such-id,clef2024,1\n", encoding="utf-8")
+    rejected = repo / "data" / "labels" / "rejected" / path.name
+    before = table_counts(engine, ignore=ATTEMPT_RECORDS)
+    done = run_cli(["labels", "add", str(path)], project["env"], repo)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert line.startswith(f"error: {path}, row 2, field 'id': ") and "no-such-id" in line, line
+    assert line.endswith(f"; moved to {rejected}") and len(done.stderr.strip().splitlines()) == 1, line
+    assert not path.exists() and rejected.exists()
+    assert table_counts(engine, ignore=ATTEMPT_RECORDS) == before
+    with engine.connect() as conn:
+        upd = conn.execute(text("SELECT status, reason FROM label_updates WHERE path = :p"),
+                           {"p": str(path)}).one()
+    assert upd.status == "rejected" and "no-such-id" in upd.reason
 
 
 def test_labels_add_refuses_a_malformed_file_before_anything(project, added):

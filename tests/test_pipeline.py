@@ -66,6 +66,46 @@ def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, 
         assert stored == 1
 
 
+def temperature_rows(md: str) -> list[dict[str, str]]:
+    """Every row of the report's "Ablation: temperature" tables, by column."""
+    rows = []
+    for part in md.split("Ablation: temperature")[1:]:
+        lines = [ln for ln in part.split("\n\n", 2)[1].splitlines() if ln.startswith("|")]
+        head = [c.strip() for c in lines[0].strip("|").split("|")] if lines else []
+        rows += [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[2:]]
+    return rows
+
+
+def test_the_two_gemma_passes_are_the_papers_and_the_ablations_temperature(first_run, engine):
+    """Each ``models:`` entry is its own pass: the paper's T = 0.8 and the ablation's T = 0.1 are two
+    stored score sets, and the report's temperature table compares the two, not a pass with itself."""
+    with engine.connect() as conn:
+        passes = dict(conn.execute(text(
+            "SELECT DISTINCT p.params->>'temperature', p.params_hash FROM predictions p "
+            "JOIN models m ON m.id = p.model_id WHERE m.spec = 'embedded:gemma3-270m'")).all())
+        assert sorted(passes) == ["0.1", "0.8"]
+        differ = conn.execute(text(
+            "SELECT count(*) FROM predictions a JOIN predictions b USING (text_hash, model_id, score_kind) "
+            "WHERE a.params_hash = :a AND b.params_hash = :b AND a.score_kind = 'verbalised' "
+            "AND a.score IS DISTINCT FROM b.score"), {"a": passes["0.8"], "b": passes["0.1"]}).scalar_one()
+        assert differ > 0
+        rows = temperature_rows((first_run / "smoke" / "report.md").read_text())
+        pairs = {}
+        for r in rows:
+            pairs.setdefault(r["k"], {}).setdefault(r["temperature"].split()[0], set()).add(int(r["run"]))
+        compared = [p for p in pairs.values() if {"T=0.8", "T=0.1"} <= set(p)]
+        assert compared, rows
+        for p in compared:  # two runs over two score sets: the runs' scores differ somewhere
+            t08, t01 = sorted(p["T=0.8"]), sorted(p["T=0.1"])
+            assert not set(t08) & set(t01)
+        run_ids = [r for p in compared for r in p["T=0.8"] | p["T=0.1"]]
+        hashes = dict(conn.execute(text("SELECT id, params_hash FROM calibration_runs WHERE id = ANY(:r)"),
+                                   {"r": run_ids}).all())
+        for p in compared:
+            assert {hashes[r] for r in p["T=0.8"]} == {passes["0.8"]}
+            assert {hashes[r] for r in p["T=0.1"]} == {passes["0.1"]}
+
+
 def test_second_run_reuses_scores_embeddings_and_runs(first_run, engine, capsys, monkeypatch, db_url):
     monkeypatch.setenv("DATABASE_URL", db_url)
     before = table_counts(engine)

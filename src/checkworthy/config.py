@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from checkworthy.errors import DataError
 
 #: the code's own checkout: flows/, migrations/ and alembic.ini are found here, wherever the data is
 CODE_ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +37,37 @@ def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         params = yaml.safe_load(fh) or {}
     base = params.pop("extends", None)
-    return load_params(path.parent / base) | params if base else params
+    params = load_params(path.parent / base) | params if base else params
+    check_models(params, path)
+    return params
+
+
+def model_name(entry: dict[str, Any]) -> str:
+    """A ``models:`` entry's identity: its ``name:``, else its spec with its sampling preset
+    (``embedded:gemma3-270m#t0.1``). Runs, reports, stages and deployments refer to an entry by
+    it, so two entries of one spec stay two passes with options of their own."""
+    if entry.get("name"):
+        return str(entry["name"])
+    return f"{entry['spec']}#{entry['sampling']}" if entry.get("sampling") else str(entry["spec"])
+
+
+def check_models(params: dict[str, Any], path: Path) -> None:
+    """Refuse ``models:`` entries without a spec, two entries of one name, or two with the same
+    options (one pass twice), in one line naming both entries (1-based)."""
+    names: dict[str, int] = {}
+    options: dict[str, int] = {}
+    for i, entry in enumerate(params.get("models") or [], 1):
+        if not isinstance(entry, dict) or not entry.get("spec"):
+            raise DataError(path, None, "models", f"entry {i} has no spec: (e.g. spec: embedded:gemma3-270m)")
+        name = model_name(entry)
+        same = json.dumps({k: v for k, v in entry.items() if k != "name"}, sort_keys=True, default=str)
+        if same in options:
+            raise DataError(path, None, "models", f"entries {options[same]} and {i} have the same options "
+                            f"({entry['spec']}): one pass twice; drop one")
+        if name in names:
+            raise DataError(path, None, "models", f"entries {names[name]} and {i} are both {name!r}: "
+                            "give one a name: of its own")
+        names[name], options[same] = i, i
 
 
 def labelled_sizes(params: dict[str, Any]) -> dict[str, int | None]:

@@ -61,3 +61,18 @@ class StoreBusy(RuntimeError):
 class StoreUnavailable(RuntimeError):
     """The database cannot be reached for a reason a person must resolve (e.g. a stale lock file
     of the embedded server); the message says what to do. Nothing was written."""
+
+
+class OutputUnwritable(RuntimeError):
+    """An output could not be written at the last step (a full disk, a folder gone read-only):
+    what was half written is removed, so no partial output is left; the message names the output,
+    the cause and, where the command stored its work first, that a rerun reuses it."""
+
+    def __init__(self, out: str | PathLike[str], cause: OSError, stored: str = "") -> None:
+        self.out, self.cause, self.stored = str(out), cause, stored
+        why = cause.strerror or str(cause)
+        super().__init__(f"{self.out}: could not be written ({why}); no partial output was left"
+                         + (f"; {stored}" if stored else ""))
+
+    def __reduce__(self):  # keep the attributes when pickled (e.g. across worker processes)
+        return (type(self), (self.out, self.cause, self.stored))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,18 +59,54 @@ def claim_ref(text: str) -> str:
 
 
 def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:
-    """Why ``out`` cannot be written as a new file (None when it can): a directory, a missing or
-    read-only folder, or one of the command's input files."""
+    """Why ``out`` cannot be written as a new file (None when it can): a directory or another
+    non-regular file (a device, a pipe), a missing folder, a folder where no file can be created
+    (read-only, ``/proc``, ``/sys``: tried, see :func:`_cannot_create_in`), or one of the command's
+    input files. Every command with an output file asks this before it stores anything."""
     path = Path(out)
     if path.is_dir():
         return f"{option} {out}: is a directory; name a file"
+    if path.exists() and not path.is_file():
+        return f"{option} {out}: exists and is not a regular file; name a file"
     folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        return f"{option} {out}: {folder} is a file, so no file can be made under it"
     if not folder.is_dir():
         return f"{option} {out}: no such directory {folder}; create it first"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"{option} {out}: the directory {folder} is not writable"
+    why = _cannot_create_in(folder)
+    if why:
+        return f"{option} {out}: no file can be created in {folder} ({why}); write the output elsewhere"
     for given in inputs:
         same_path = path.resolve() == Path(given).resolve()  # also through a symlink
         if same_path or (path.exists() and Path(given).exists() and path.samefile(given)):  # a hard link
             return f"{option} {out}: is also an input file ({given}); write the output elsewhere"
+    return None
+
+
+def output_dir(option: str, out: str) -> str | None:
+    """Why ``out`` cannot be (or be created as) a folder to write files in (None when it can): a
+    file, or a nearest existing folder where nothing can be created (read-only, ``/proc``, ``/sys``)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return f"{option} {out}: is a file; name a folder"
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{option} {out}: {existing} is a file, so no folder can be made under it"
+    why = _cannot_create_in(existing)
+    if why:
+        return f"{option} {out}: nothing can be created in {existing} ({why}); write the output elsewhere"
+    return None
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (None when one can), found by creating and removing
+    one: permission bits do not tell for root, a read-only mount or a pseudo file system."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".checkworthy-", suffix=".tmp")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(name)
     return None

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_file, positive_int
-from checkworthy.config import PARAMS_FILE, REPORTS_DIR, labelled_sizes, load_params, quiet_offline_env
-from checkworthy.errors import DataError, StoreBusy, StoreUnavailable
+from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_dir, output_file, positive_int
+from checkworthy.config import PARAMS_FILE, REPORTS_DIR, ROOT, labelled_sizes, load_params, quiet_offline_env
+from checkworthy.errors import DataError, OutputUnwritable, StoreBusy, StoreUnavailable
 
 if TYPE_CHECKING:
     from checkworthy.runs.own_scores import CalibrateOutcome
@@ -33,6 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from checkworthy.report.console import console_table, table_rows
 
     t0 = time.monotonic()
+    load_params(Path(args.params))  # a params file the flow would refuse is refused here, in one line
     # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set); its last task writes
     # the report, so the flow run carries the report's artifacts
     result = pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
@@ -69,19 +70,27 @@ def cmd_labels(args: argparse.Namespace) -> int:
 def _add_label_file(path: Path, event_only: bool) -> int:
     """The one way labels arrive: check, version (DVC), validate (GX), append, recalibrate; print
     what happened, the review-queue entries the labels closed included."""
-    from checkworthy.data.label_files import read_label_csv
+    from checkworthy.data.label_files import in_label_folder, read_label_csv
     from checkworthy.flows.pipeline import label_update_flow
-    from checkworthy.runs.label_updates import check_label_file
+    from checkworthy.runs.label_updates import check_label_file, refuse_label_file
     from checkworthy.store.review_queue import answers_of_update
     from checkworthy.store.validations import failed_results
 
-    rows = read_label_csv(path)  # a malformed file fails before anything starts
-    with _engine().connect() as conn:  # ... and one naming unknown claims before it is copied
-        check_label_file(conn, path, rows)
+    try:
+        rows = read_label_csv(path)  # a malformed file fails before anything starts
+        with _engine().connect() as conn:  # ... and one naming unknown claims before it is copied
+            check_label_file(conn, path, rows)
+    except DataError as exc:  # a file of data/labels/ is set aside, as the watch flow does
+        if not in_label_folder(path, ROOT):
+            raise
+        moved = refuse_label_file(_engine(), path, ROOT, str(exc))
+        raise DataError(exc.file, exc.row, exc.field, f"{exc.problem}; moved to {moved}") from None
     out = label_update_flow(files=[str(path.resolve())], recalibrate_now=not event_only)
     for u in out["updates"]:
         print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "
               f"{u['n_appended']} labels appended, data version {u['data_version_id']}")
+        if u.get("moved_to"):
+            print(f"  moved to {u['moved_to']}: data/labels/ keeps applied files only")
         for name, ls in u["new_heads"].items():
             print(f"  {name}: new label set version {ls}")
         with _engine().connect() as conn:
@@ -147,7 +156,7 @@ def cmd_review(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
     from checkworthy.runs.calibration_run import check_methods
-    from checkworthy.runs.own_scores import Review, calibrate_files, read_scored_csv
+    from checkworthy.runs.own_scores import Review, calibrate_files, read_scored_files
     from checkworthy.store.knn import KnnPath
 
     try:
@@ -160,9 +169,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    # validate both files before the database is even started
-    read_scored_csv(Path(args.labeled), label_required=True)
-    read_scored_csv(Path(args.unlabeled), label_required=False)
+    # validate both files, alone and together, before the database is even started
+    read_scored_files(Path(args.labeled), Path(args.unlabeled), args.k)
     outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
                               Path(args.out), alpha=args.alpha, threshold=args.threshold,
                               interval=args.interval, correction=args.correction,
@@ -180,22 +188,24 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
         figures = ", ".join(f"{name} {f:.3f}" for name, f in outcome.auto_choice["cv_f1_positive"].items())
         print(f"auto chose {outcome.auto_choice['chosen']} (cross-validated positive-class F1 on the "
               f"labelled file: {figures})")
+    from checkworthy.report.drift import drift_line
+
+    line = drift_line(outcome.drift)
+    if line:
+        print(line)
     p = outcome.prevalence
-    if p and p.get("estimate") is not None:
+    if p and p.get("not_estimable") == "drift":
+        print(f"share check-worthy in this batch: not estimable: {outcome.drift['share']:.0%} of the batch "
+              "lies beyond the labelled set (drift), so its claims of each class need not look like the "
+              "labelled ones")
+    elif p and p.get("estimate") is not None:
         interval = (f"{p['level']:.0%} interval {p['low']:.3f}-{p['high']:.3f}, label-shift PPI"
                     if p.get("low") is not None
                     else "no interval: one decision throughout the batch or a class of L")
         print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
               f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
     if outcome.review:
-        from checkworthy.method.selective import RISK_WORDS
-
-        r = outcome.review
-        bound = RISK_WORDS[r["risk"]]
-        margin = "none decided automatically" if r["margin"] is None else f"margin {r['margin']:.2f}"
-        print(f"review: {outcome.n_review} of {outcome.n_rows} claims to a person ({margin}; share of "
-              f"{bound} <= {r['max_risk']:g} with probability >= {1 - r['delta']:.0%} over the labelled "
-              "file, Learn-then-Test)")
+        print(review_line(outcome))
     if outcome.prior and "batch" in outcome.prior:
         print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
     if outcome.in_labeled:
@@ -211,6 +221,31 @@ def print_outcome(outcome: CalibrateOutcome, args: argparse.Namespace, method: s
         print(f"interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
               f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}; true share check-worthy "
               f"{cov['share_positive']:.3f}")
+
+
+def review_line(outcome: CalibrateOutcome) -> str:
+    """How many claims go to a person and why, and the Learn-then-Test promise with the claims it
+    is made for: in a batch that drifted from the labelled file, only those within the labelled
+    set's radius, and none when the batch is of another kind."""
+    from checkworthy.method.drift import another_kind
+    from checkworthy.method.selective import RISK_WORDS
+
+    r, d = outcome.review or {}, outcome.drift or {}
+    margin = "none decided automatically" if r["margin"] is None else f"margin {r['margin']:.2f}"
+    promise = (f"share of {RISK_WORDS[r['risk']]} <= {r['max_risk']:g} with probability >= "
+               f"{1 - r['delta']:.0%}")
+    head = f"review: {outcome.n_review} of {outcome.n_rows} claims to a person"
+    within = d.get("n", 0) - d.get("n_beyond", 0)
+    if not d.get("alert"):
+        return f"{head} ({margin}; {promise} over the labelled file, Learn-then-Test)"
+    if another_kind(d):
+        return (f"{head} ({outcome.n_drift} for drift: {d['n_beyond']} far from every labelled claim, "
+                f"{within} within the labelled set's radius); no Learn-then-Test promise for this batch, "
+                f"of another kind than the labelled file (the rule chosen on it, {promise}, holds for "
+                "claims like its own)")
+    return (f"{head} ({outcome.n_drift} for drift, far from every labelled claim; the rest by {margin}); "
+            f"{promise} over the labelled file, Learn-then-Test: promised only for the {within} claims "
+            f"within the labelled set's radius ({within / d['n']:.0%} of the batch)")
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -239,6 +274,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 2
     labeled, unlabeled = Path(args.labeled), Path(args.unlabeled)
     lab, unl = read_files(labeled, unlabeled, rec.k)  # before the model or the store starts
+    if args.model is None and args.score_kind is None:  # the lineage's champion, if it has one
+        from checkworthy.runs.adapt import with_champion
+        from checkworthy.runs.own_scores import labelled_lineage
+
+        params, rec = with_champion(_engine(), params, rec, labelled_lineage(labeled))
     try:
         scorer, prompt = configured_scorer(params, rec.model)
         check_score_kind(rec, scorer)
@@ -265,8 +305,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"error: --models: expected SPEC=SCORE_KIND[,...], got {args.models!r}", file=sys.stderr)
             return 2
     out = Path(args.out)
-    problem = (f"--out {out}: is a file; name a folder" if out.exists() and not out.is_dir()
-               else None if out.is_dir() else output_file("--out", args.out, []))
+    problem = output_dir("--out", args.out)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -340,8 +379,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     (report.md, report.html, figures/, plots/, metrics.json) under ``DIR/<name>/``.
     """
     from checkworthy.report.files import rerender, save_report, write_report_dir
+    from checkworthy.store.calibration_runs import run_statuses
     from checkworthy.store.reports import stored_report
 
+    # where the report directory goes: --out, or reports/ for a first report of given runs
+    where = args.out or (str(REPORTS_DIR) if args.run.startswith("run:") else None)
+    problem = output_dir("--out" if args.out else "reports folder", where) if where else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     engine = _engine()
     with engine.begin() as conn:
         if args.run.startswith("run:"):
@@ -349,6 +395,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                 ids = sorted({int(x) for x in args.run[4:].split(",") if x.strip()})
             except ValueError:
                 print(f"error: expected run:<id>[,<id>...], got {args.run!r}", file=sys.stderr)
+                return 2
+            statuses = run_statuses(conn, ids)
+            unfinished = [i for i in ids if statuses.get(i) != "complete"]
+            if unfinished:  # failed, abandoned or unknown runs have no results to report
+                i = unfinished[0]
+                print(f"error: {args.run}: run {i} "
+                      f"{f'is {statuses[i]}' if i in statuses else 'does not exist'}; a report takes "
+                      "complete runs only", file=sys.stderr)
                 return 2
             name = "runs-" + "-".join(map(str, ids))
             row = stored_report(conn, name)
@@ -425,6 +479,21 @@ def cmd_train_classifier(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def cmd_adapt(args: argparse.Namespace) -> int:
+    """Fine-tune the recommended small model on a lineage's labels (cross-fitted), register it,
+    promote it when it beats the champion."""
+    from checkworthy.cli.models import run_adapt
+
+    return run_adapt(args, _engine)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """The model registry: list the versions, promote or retire one."""
+    from checkworthy.cli.models import run_models
+
+    return run_models(args, _engine)
 
 
 def cmd_demonstrations(args: argparse.Namespace) -> int:
@@ -626,6 +695,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(tc)
     tc.set_defaults(func=cmd_train_classifier)
 
+    from checkworthy.cli.models import add_adapt_arguments, add_models_arguments
+
+    ad = sub.add_parser("adapt", help="fine-tune the recommended small model on a lineage's labels "
+                                      "(cross-fitted), register it, promote it if it beats the champion")
+    add_adapt_arguments(ad)
+    ad.set_defaults(func=cmd_adapt)
+
+    md = sub.add_parser("models", help="the model registry: list, promote, retire")
+    add_models_arguments(md)
+    md.set_defaults(func=cmd_models)
+
     dm = sub.add_parser("demonstrations", help="pick the few-shot prompt's labelled sentences (leakage-free)")
     dm.add_argument("--n", type=positive_int, default=64, help="how many (half of each class; default 64)")
     dm.add_argument("--seed", type=int, help="default: params.yaml seed")
@@ -645,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (StoreBusy, StoreUnavailable) as exc:
+    except (StoreBusy, StoreUnavailable, OutputUnwritable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -40,7 +40,8 @@ def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def add_score_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model spec: embedded:gemma3-270m, ollama:gemma3:1b, "
+    p.add_argument("--model", required=True, help="a params file models: entry by its name "
+                   "(embedded:gemma3-270m, embedded:gemma3-270m#t0.1) or any model spec: ollama:gemma3:1b, "
                    "openai:<deployment>, classifier:<name>[@version], ensemble:<name>+<name>, file:<path>")
     p.add_argument("--input", required=True, help="CSV with columns id,text")
     p.add_argument("--out", required=True, help="CSV to write: id,score,status,raw[,...]")

@@ -22,7 +22,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="the label-set lineage whose newest complete run answers (a wrong name "
                         "lists the calibrated ones)")
     p.add_argument("--run", type=positive_int, help="serve this run only (default: the lineage's newest)")
-    p.add_argument("--model", help="only runs of this model spec (default: params.yaml predict: model)")
+    p.add_argument("--model", help="only runs of this model spec (default: the lineage's champion, "
+                                   "else params.yaml predict: model)")
     p.add_argument("--score-kind",
                    help="only runs of this score kind (default: params.yaml predict: score_kind)")
     p.add_argument("--k", type=positive_int, help="only runs with this k (default: params.yaml predict: k)")
@@ -88,8 +89,10 @@ def _port_problem(host: str, port: int) -> str | None:
 def run_serve(args: argparse.Namespace, engine: Callable[[], Engine], params_path: str) -> int:
     import uvicorn
 
+    from checkworthy.runs.adapt import adapted_champion, champion_model, champion_params
     from checkworthy.serve.app import Limits, create_app
     from checkworthy.serve.served import NotReady, Selection
+    from checkworthy.store import model_registry as registry
     from checkworthy.store.served_runs import calibrated_lineages
 
     problem = _port_problem(args.host, args.port)
@@ -98,11 +101,15 @@ def run_serve(args: argparse.Namespace, engine: Callable[[], Engine], params_pat
         return 2
     params = load_params(params_path)
     rec = {} if args.any_model or args.run else dict(params.get("predict") or {})
-    fields = {"model": args.model or rec.get("model"), "score_kind": args.score_kind or rec.get("score_kind"),
-              "k": args.k or rec.get("k"), "correction": args.correction, "interval": args.interval}
     eng = engine()
     with eng.connect() as conn:
         known = calibrated_lineages(conn)
+        champion = registry.champion(conn, args.lineage)
+    if adapted_champion(champion) and rec and not args.model and not args.score_kind:  # the lineage's own
+        params = champion_params(params, champion)
+        rec["model"], rec["score_kind"] = champion_model(params, champion)
+    fields = {"model": args.model or rec.get("model"), "score_kind": args.score_kind or rec.get("score_kind"),
+              "k": args.k or rec.get("k"), "correction": args.correction, "interval": args.interval}
     if args.lineage not in known and not args.wait:
         print(f"error: --lineage {args.lineage!r}: no calibrated lineage of that name "
               f"(calibrated: {', '.join(known) or 'none'})", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Loaders for ClaimBuster and CLEF 2024 CheckThat! Task 1 (English), and the splits.
+"""Loaders for ClaimBuster, CLEF 2024 CheckThat! Task 1 (English) and the CheckThat! 2021/2022
+English tweets (Task 1A), and the splits.
 
 The official files carry known defects (see the datasets README): a glued line, CRLF
 line endings, CSV-style quoting inside a TSV, spreadsheet-damaged texts, duplicate
@@ -37,6 +38,8 @@ __all__ = [
     "CLAIMBUSTER",
     "CLEF",
     "CLEF_N_PER_CLASS",
+    "TWEETS",
+    "TWEET_FILES",
     "KNOWN_SHA256",
     "Claim",
     "Dropped",
@@ -48,6 +51,7 @@ __all__ = [
     "load_claimbuster",
     "load_clef",
     "load_dataset",
+    "load_tweets",
     "normalise_text",
     "sha256_file",
     "shared_texts",
@@ -55,6 +59,17 @@ __all__ = [
 
 CLAIMBUSTER = "claimbuster"
 CLEF = "clef2024"
+TWEETS = "tweets"
+
+#: the tweet files under ``data/raw/tweets`` by split: the two train files (L's pool, CT22 first:
+#: its label wins for a tweet in both), the dev files and CT21's test (U is CT22 dev)
+TWEET_FILES = {
+    "ct22-train": "CT22_english_1A_checkworthy_train.tsv",
+    "ct21-train": "CT21_1A_english_train_v1.tsv",
+    "ct22-dev": "CT22_english_1A_checkworthy_dev.tsv",
+    "ct21-dev": "CT21_1A_english_dev_v1.tsv",
+    "ct21-test": "CT21_1A_english_test.tsv",
+}
 
 #: per-class size of the CLEF calibration set (paper: 2,406 = 2 x 1,203)
 CLEF_N_PER_CLASS = 1203
@@ -68,6 +83,15 @@ KNOWN_SHA256: dict[str, str] = {
     "CT24_checkworthy_english_dev-test.tsv": (
         "aaf9e9427545c1213465e8857da00fb9fe4d4a7c337bab2ae0a75150fa8c01f2"
     ),
+    "CT22_english_1A_checkworthy_train.tsv": (
+        "c48a9e17af37811b217da7344ce384cbafb4c0d1b3d21fc2afdc29eafe8c419d"
+    ),
+    "CT22_english_1A_checkworthy_dev.tsv": (
+        "e341d06059ce7bc459e346a3b6dc63b0b196809593491024a651f2052e83b26d"
+    ),
+    "CT21_1A_english_train_v1.tsv": "c0a26bb7e35a664c072d5d7a5b159b3d48f54e5ffc5c321cfe7a7a4d518b0f0d",
+    "CT21_1A_english_dev_v1.tsv": "b3bb25415a98ac2ea21538f6ecbf797c8156e8a50e6633e938e5df5307493e3d",
+    "CT21_1A_english_test.tsv": "5efa8c4ba48216f3c9a452f04ad4eef232cd196265bbfe949b754d3538356668",
 }
 
 #: values Excel/LibreOffice write in place of a formula they could not evaluate;
@@ -79,6 +103,10 @@ _CLEF_COLUMNS = ("Sentence_id", "Text", "class_label")
 _CLEF_LABELS = {"Yes": 1, "No": 0}
 _GLUED_LABEL = re.compile(r"(Yes|No)(\d+)")
 _ID = re.compile(r"\d+")
+#: a tweet file's label column: CT22's, CT21's, CT21 dev's
+_TWEET_LABELS = ("class_label", "check_worthiness", "claim_worthiness")
+#: a tweet id a spreadsheet rounded to a float (``1.37041E+18``): the tweet can no longer be named
+_ROUNDED_ID = re.compile(r"\d(\.\d+)?E\+\d+", re.IGNORECASE)
 
 Path_ = str | PathLike[str]
 
@@ -694,13 +722,85 @@ def load_clef(
     return claims, report
 
 
+def load_tweets(
+    path: Path_, split: str, *, expected_sha256: str | None = None
+) -> tuple[list[Claim], LoadReport]:
+    """Load one CheckThat! 2021 or 2022 English tweet file (Task 1A): ``tweet_id``, ``tweet_text``
+    and the label, ``class_label`` (2022), ``check_worthiness`` (2021) or ``claim_worthiness``
+    (2021 dev), 0 or 1. The tweet id is the claim's id; ``split`` (e.g. ``"ct22-train"``) is copied
+    onto every claim; the other columns (topic, URL, CT21's ``claim``) go to ``extra``.
+
+    Whitespace around texts is stripped and empty texts dropped (reported); a tweet id a
+    spreadsheet rounded to a float (CT22 train lines 1225 and 1355: ``1.37041E+18``, the URL
+    too) is lost, so its row is dropped (reported); duplicate ids and texts are kept and
+    reported, like the other loaders.
+
+    Raises
+    ------
+    DataError
+        Missing column, wrong field count, a label other than 0/1, a non-integer tweet id,
+        quoting error, NUL or non-UTF-8 bytes.
+    """
+    if not split:
+        raise ValueError("split must be a non-empty name such as 'ct22-train'")
+    file = str(path)
+    report = LoadReport(file=file)
+    header, records = parse_delimited(path, "\t", ("tweet_id", "tweet_text"), report)
+    label = next((name for name in _TWEET_LABELS if name in header), None)
+    if label is None:
+        raise DataError(file, 1, _TWEET_LABELS[0], f"no label column (one of {list(_TWEET_LABELS)}); "
+                        f"header is {header}")
+    col = {name: i for i, name in enumerate(header)}
+    claims: list[Claim] = []
+    for rec in records:
+        if rec.fields == [""]:
+            report.dropped.append(Dropped(rec.line, "blank line"))
+            continue
+        if len(rec.fields) != len(header):
+            raise field_count_error(file, rec.line, header, len(rec.fields))
+        report.rows_read += 1
+        sid = rec.fields[col["tweet_id"]].strip()
+        if _ROUNDED_ID.fullmatch(sid):
+            report.dropped.append(Dropped(rec.line, f"tweet_id {sid!r} is a spreadsheet's rounding of the "
+                                          "id: the tweet cannot be named, nor matched across files"))
+            continue
+        if not _ID.fullmatch(sid):
+            raise DataError(file, rec.line, "tweet_id", f"must be an integer id, got {sid!r}")
+        value = rec.fields[col[label]].strip()
+        if value not in ("0", "1"):
+            raise DataError(file, rec.line, label, f"must be 0 or 1, got {value!r}")
+        text = _clean_text(rec.line, rec.fields[col["tweet_text"]], report)
+        if text is None:
+            continue
+        extra: dict[str, Any] = {name: rec.fields[i] for name, i in col.items()
+                                 if name not in ("tweet_id", "tweet_text", label)}
+        extra["line"] = rec.line
+        claims.append(Claim(dataset=TWEETS, source_id=sid, text=text, label=int(value), split=split,
+                            extra=extra))
+    report.rows_kept = len(claims)
+    _find_duplicates(claims, report)
+    report.notes.append(f"split {split}: {len(claims):,} rows kept, {sum(c.label for c in claims):,} "
+                        "check-worthy")
+    _check_sha(report, expected_sha256)
+    return claims, report
+
+
 # --------------------------------------------------------------------------- splits
 
 
+class _Plan(NamedTuple):
+    """Where a dataset's calibration pool and test split come from."""
+
+    pool_splits: tuple[str, ...]  # in order of precedence: the first holding an id keeps it
+    test_split: str
+    n_per_class: int | None  # None: all of the minority class
+    ids_name_tweets: bool = False  # the same id in two files is the same tweet (deduplicated, leak-checked)
+
+
 _SPLIT_PLAN = {
-    # dataset: (calibration pool split, test split, n_per_class: None = all of minority)
-    CLAIMBUSTER: ("2012", "2016", None),
-    CLEF: ("train", "dev-test", CLEF_N_PER_CLASS),
+    CLAIMBUSTER: _Plan(("2012",), "2016", None),
+    CLEF: _Plan(("train",), "dev-test", CLEF_N_PER_CLASS),
+    TWEETS: _Plan(("ct22-train", "ct21-train"), "ct22-dev", None, ids_name_tweets=True),
 }
 
 
@@ -718,11 +818,16 @@ def build_splits(
       (2,745).
     - CLEF 2024 (``claims`` must hold both the train and the dev-test file):
       ``calibration`` = 1,203 per class from train (2,406); ``test`` = dev-test (318).
+    - Tweets (``claims`` must hold CT22 train and dev and CT21 train): the pool is CT22
+      train and CT21 train, one row per tweet id (CT22's where a tweet is in both);
+      ``calibration`` = every check-worthy tweet of it and as many others; ``test`` =
+      CT22 dev (195).
 
     Before sampling, pool rows whose normalised text also occurs in the test split
-    are set aside (returned as ``excluded``): a test sentence must not be its own
-    neighbour. ClaimBuster 2012/2016 share no text, so nothing is excluded there;
-    CLEF train shares 3 short texts with dev-test (6 train rows, all "No").
+    are set aside (returned as ``excluded``), and for the tweets those whose tweet id
+    does: a test sentence must not be its own neighbour. ClaimBuster 2012/2016 share
+    no text, so nothing is excluded there; CLEF train shares 3 short texts with
+    dev-test (6 train rows, all "No"); CT21 train holds 19 tweets of CT22 dev.
 
     Returns
     -------
@@ -733,7 +838,7 @@ def build_splits(
     Parameters
     ----------
     dataset
-        ``"claimbuster"`` or ``"clef2024"``.
+        ``"claimbuster"``, ``"clef2024"`` or ``"tweets"``.
     claims
         Output of the loader(s); claims of other datasets are ignored.
     seed
@@ -748,19 +853,31 @@ def build_splits(
     """
     if dataset not in _SPLIT_PLAN:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(_SPLIT_PLAN)}")
-    pool_split, test_split, default_n = _SPLIT_PLAN[dataset]
+    plan = _SPLIT_PLAN[dataset]
     mine = [c for c in claims if c.dataset == dataset]
-    full_pool = [c for c in mine if c.split == pool_split]
-    test = [c for c in mine if c.split == test_split]
-    for name, part in ((pool_split, full_pool), (test_split, test)):
+    test = [c for c in mine if c.split == plan.test_split]
+    full_pool, seen = [], set()
+    for split in plan.pool_splits:
+        part = [c for c in mine if c.split == split]
         if not part:
-            raise ValueError(f"{dataset}: no claims with split {name!r} (load that file too)")
+            raise ValueError(f"{dataset}: no claims with split {split!r} (load that file too)")
+        if plan.ids_name_tweets:  # a tweet in an earlier file keeps that file's label
+            part = [c for c in part if c.source_id not in seen]
+            seen |= {c.source_id for c in part}
+        full_pool += part
+    if not test:
+        raise ValueError(f"{dataset}: no claims with split {plan.test_split!r} (load that file too)")
     leaked = shared_texts(full_pool, test)
-    pool = [c for c in full_pool if normalise_text(c.text) not in leaked]
-    excluded = [c for c in full_pool if normalise_text(c.text) in leaked]
+    test_ids = {c.source_id for c in test} if plan.ids_name_tweets else set()
+
+    def leaks(c: Claim) -> bool:
+        return normalise_text(c.text) in leaked or c.source_id in test_ids
+
+    pool = [c for c in full_pool if not leaks(c)]
+    excluded = [c for c in full_pool if leaks(c)]
     idx = balanced_sample(
         [c.label for c in pool],
-        n_per_class if n_per_class is not None else default_n,
+        n_per_class if n_per_class is not None else plan.n_per_class,
         seed=seed,
     )
     calibration = [pool[i] for i in idx]
@@ -786,4 +903,8 @@ def load_dataset(name: str) -> tuple[list[Claim], list[LoadReport]]:
             out += claims
             reports.append(report)
         return out, reports
-    raise ValueError(f"unknown dataset {name!r} (known: claimbuster, clef2024)")
+    if name == TWEETS:
+        loaded = [load_tweets(raw / "tweets" / fname, split, expected_sha256=KNOWN_SHA256.get(fname))
+                  for split, fname in TWEET_FILES.items()]
+        return [c for claims, _ in loaded for c in claims], [report for _, report in loaded]
+    raise ValueError(f"unknown dataset {name!r} (known: claimbuster, clef2024, tweets)")

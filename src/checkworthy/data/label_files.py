@@ -7,6 +7,7 @@ reports every bad value at once.
 
 from __future__ import annotations
 
+import filecmp
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,13 +74,22 @@ def read_claims_csv(path: Path) -> list[IncomingClaim]:
 
 def set_aside(path: Path, repo: Path) -> Path:
     """Move a refused label file from ``data/labels/`` to ``data/labels/rejected/`` (a name of its
-    own if one is taken), so no later run considers it again; return where it went."""
+    own if one is taken; dropped if the same bytes are there under its name, refused before), so
+    no later run considers it again; return where it went."""
     folder = repo / "data" / "labels" / "rejected"
     folder.mkdir(parents=True, exist_ok=True)
     dest, n = folder / path.name, 1
+    if dest.is_file() and filecmp.cmp(path, dest, shallow=False):
+        path.unlink()
+        return dest
     while dest.exists():
         dest, n = folder / f"{path.stem}-{n}{path.suffix}", n + 1
     return Path(shutil.move(path, dest))
+
+
+def in_label_folder(path: Path, repo: Path) -> bool:
+    """Whether ``path`` is a file of ``<repo>/data/labels/``, where a refused file does not stay."""
+    return Path(path).resolve().parent == (repo / "data" / "labels").resolve()
 
 
 def label_files_in(repo: Path) -> list[Path]:

@@ -8,6 +8,9 @@ Schedules and triggers (override the intervals with the environment variables na
 - ``watch-changes/watch``                  every ``CHECKWORTHY_WATCH_INTERVAL`` s (300): label files
                                            dropped in data/labels/, guideline edits
 - ``recalibrate/on-label-change``          on the event ``checkworthy.labels.updated``
+- ``adapt/on-label-growth``                on the same event and daily (cron ``CHECKWORTHY_ADAPT_CRON``,
+                                           default 03:00 UTC): a lineage grown by ``adapt.every_n_labels``
+                                           labels trains its model again
 - ``rescore/on-guideline-change``          on the event ``checkworthy.guidelines.updated``
 
 The same deployments for a worker and a work pool are in ``prefect.yaml`` (``prefect deploy --all``).
@@ -23,6 +26,7 @@ from prefect.events import DeploymentEventTrigger
 
 from checkworthy.flows.events import GUIDELINES_UPDATED, LABELS_UPDATED
 from checkworthy.flows.pipeline import (
+    adapt_flow,
     pipeline_flow,
     recalibrate_flow,
     rescore_flow,
@@ -55,6 +59,14 @@ def deployments() -> list:
                 name="labels updated", expect={LABELS_UPDATED},
                 match={"prefect.resource.id": "checkworthy.labels.*"}, parameters={"reason": "labels"})],
             description="Validate the new label-set versions and recalibrate incrementally."),
+        adapt_flow.to_deployment(
+            "on-label-growth", cron=os.environ.get("CHECKWORTHY_ADAPT_CRON", "0 3 * * *"),
+            concurrency_limit=1, tags=tags,
+            triggers=[DeploymentEventTrigger(
+                name="labels updated", expect={LABELS_UPDATED},
+                match={"prefect.resource.id": "checkworthy.labels.*"}, parameters={})],
+            description="Train each lineage's model again once its labels have grown, promote or not, "
+                        "recalibrate."),
         rescore_flow.to_deployment(
             "on-guideline-change", concurrency_limit=1, tags=tags,
             triggers=[DeploymentEventTrigger(

@@ -41,13 +41,14 @@ def emit(change: Change) -> str | None:
     return None if ev is None else str(ev.id)
 
 
-def emit_drift(run_id: int, target: str, drift: dict[str, Any]) -> str | None:
-    """Emit the drift event of a run (one id per run, so a repeat is the same event); None when
-    Prefect is not emitting events."""
+def emit_drift(run_id: int, target: str, drift: dict[str, Any], message: str) -> str | None:
+    """Emit the drift event of a run, its figure and ``message`` (the line a person reads: share
+    beyond, what was done, what to do) in the payload; one id per run, so a repeat is the same
+    event. None when Prefect is not emitting events."""
     ev = emit_event(
         event=DRIFT_DETECTED,
         resource={"prefect.resource.id": f"checkworthy.target.{target}", "checkworthy.run-id": str(run_id)},
-        payload={"run_id": run_id, "target": target} | drift,
+        payload={"run_id": run_id, "target": target, "message": message} | drift,
         id=uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{run_id}"),
     )
     return None if ev is None else str(ev.id)

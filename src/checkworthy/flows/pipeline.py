@@ -15,8 +15,12 @@ Flows (each is also a deployment, see ``src/checkworthy/flows/deploy.py`` and ``
   and recalibrates them.
 - ``score-new-claims``      scheduled: ingest ``data/incoming/*.csv``, embed and score what is new,
   bring the calibrations up to date (only the new claims are computed).
-- ``watch-changes``         scheduled: notices label files and guideline edits made without the
-  CLI and runs the two update flows.
+- ``adapt``                 on label updates (and daily): each lineage whose labels have grown by
+  ``adapt.every_n_labels`` trains its cross-fitted model again (``checkworthy adapt``), which is
+  compared with the champion and promoted or not; a promotion recalibrates the lineage's targets
+  with the new champion's scores.
+- ``watch-changes``         scheduled: closes the calibration runs a dead process left running,
+  notices label files and guideline edits made without the CLI and runs the two update flows.
 - ``score-and-embed``       the main job's embedding and scoring fanned out in fixed chunks of
   texts, one task per chunk, on the task runner params.yaml's ``scale_out`` names (a local or a
   remote Dask cluster; :mod:`checkworthy.flows.task_runners`).
@@ -33,23 +37,27 @@ from typing import Any
 
 from prefect import flow, unmapped
 
-from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, labelled_sizes, load_params
+from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, labelled_sizes, load_params, model_name
 from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
+    adapt_task,
     apply_labels_task,
     bounds_of,
     calibrate_task,
     check_labels_task,
+    close_abandoned_task,
     compare_task,
     embed_chunk_task,
     embed_task,
     evaluate_task,
     guidelines_task,
     ingest_task,
+    lineage_names_task,
     lineages_task,
     pending_labels_task,
     place_task,
     prepare_task,
+    recalibrate_champion_task,
     recalibrate_lineage_task,
     say,
     score_chunk_task,
@@ -76,7 +84,7 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
     else:
         say(f"embedded {embed_task(ids, db_url)} new texts", echo)
         keys = [key for model in params["models"]
-                for key in score_task(model["spec"], ids, params, db_url, guidelines, echo)]
+                for key in score_task(model_name(model), ids, params, db_url, guidelines, echo)]
     runs = []
     for lin in lineages:
         verdict = verdicts[lin["lineage"]]
@@ -94,15 +102,16 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
 
 
 @flow(name="score-and-embed", log_prints=True)
-def score_and_embed_flow(claim_ids: list[int], specs: list[str], params: dict[str, Any],
+def score_and_embed_flow(claim_ids: list[int], models: list[str], params: dict[str, Any],
                          db_url: str | None = None, guidelines: str | None = None) -> list[dict[str, Any]]:
     """Embed the claims' texts and score them with each model, a task per fixed chunk of texts on
-    the flow's task runner: a chunk lost with its worker runs again, a stored one never does."""
+    the flow's task runner (``models``: names of ``models:`` entries): a chunk lost with its worker
+    runs again, a stored one never does."""
     size = int((params.get("scale_out") or {}).get("chunk_size", 96))
     chunks = text_chunks_task(claim_ids, size, db_url)
     embedded = embed_chunk_task.map(chunks, unmapped(db_url))
-    scored = [score_chunk_task.map(unmapped(spec), chunks, unmapped(params), unmapped(db_url),
-                                   unmapped(guidelines)) for spec in specs]
+    scored = [score_chunk_task.map(unmapped(model), chunks, unmapped(params), unmapped(db_url),
+                                   unmapped(guidelines)) for model in models]
     print(f"embedded {sum(f.result() for f in embedded)} new texts in {len(chunks)} chunks")
     keys = {json.dumps(k, sort_keys=True): k for futures in scored for f in futures for k in f.result()}
     return list(keys.values())
@@ -114,7 +123,7 @@ def fan_out(claim_ids: list[int], params: dict[str, Any], db_url: str | None = N
     if dask_address(params):
         share_api_with_workers()
     run = score_and_embed_flow.with_options(task_runner=task_runner(params))
-    return run(claim_ids, [m["spec"] for m in params["models"]], params, db_url, guidelines)
+    return run(claim_ids, [model_name(m) for m in params["models"]], params, db_url, guidelines)
 
 
 @flow(name="checkworthy-pipeline", log_prints=True)
@@ -174,9 +183,9 @@ def recalibrate_flow(label_set_names: list[str] | None = None, db_url: str | Non
             out["skipped"].append(lin["lineage"])
             continue
         embed_task(lin["calibration_ids"], db_url)  # newly labelled claims need a vector ...
-        specs = [m["spec"] for m in params["models"]]
-        for spec, claim_ids in unscored_task(lin["lineage"], lin["label_set_id"], specs, db_url).items():
-            score_task(spec, claim_ids, params, db_url)  # ... and scores
+        for model, claim_ids in unscored_task(lin["lineage"], lin["label_set_id"], params["models"],
+                                              db_url).items():
+            score_task(model, claim_ids, params, db_url)  # ... and scores
         out["runs"] += recalibrate_lineage_task(lin["lineage"], lin["label_set_id"],
                                                 verdict["validation_run_id"], dv, db_url)
     run_ids = [r["run_id"] for r in out["runs"]]
@@ -184,6 +193,23 @@ def recalibrate_flow(label_set_names: list[str] | None = None, db_url: str | Non
         out["metrics"] = evaluate_task(run_ids, db_url, metrics_file)["metrics"]
     for r in out["runs"]:
         print(f"run {r['run_id']}: {r['mode']}, {r['n_recomputed']} recomputed, {r['n_copied']} copied")
+    return out
+
+
+@flow(name="adapt", log_prints=True)
+def adapt_flow(lineages: list[str] | None = None, params_path: str = str(PARAMS_FILE),
+               db_url: str | None = None, repo: str = str(ROOT), version_artefacts: bool = True
+               ) -> dict[str, Any]:
+    """Adapt each lineage (default: every versioned one) whose labels have grown enough; promote or
+    not; recalibrate a lineage whose champion changed."""
+    params = load_params(Path(params_path))
+    dv = version_data_task(repo, False, db_url, "adapt", {"lineages": lineages})
+    out: dict[str, Any] = {"lineages": [], "runs": []}
+    for name in lineages or lineage_names_task(db_url):
+        done = adapt_task(name, params, repo if version_artefacts else None, db_url)
+        out["lineages"].append(done)
+        if done.get("promoted"):
+            out["runs"] += recalibrate_champion_task(name, params, dv, db_url)
     return out
 
 
@@ -264,7 +290,9 @@ def score_new_claims_flow(db_url: str | None = None, repo: str = str(ROOT),
 @flow(name="watch-changes", log_prints=True)
 def watch_flow(repo: str = str(ROOT), db_url: str | None = None, guidelines: str = str(GUIDELINES_FILE),
                params_path: str = str(PARAMS_FILE)) -> dict[str, Any]:
-    """Notice label files dropped in data/labels/ and guideline edits; version them and emit events."""
+    """Notice label files dropped in data/labels/ and guideline edits; version them and emit events.
+    First close the calibration runs a dead process left running."""
+    abandoned = close_abandoned_task(db_url)
     labels_out = label_update_flow(None, repo, db_url, params_path)
     guide_out = guidelines_update_flow(guidelines, repo, db_url, params_path)
-    return {"labels": labels_out, "guidelines": guide_out}
+    return {"labels": labels_out, "guidelines": guide_out, "abandoned": abandoned}

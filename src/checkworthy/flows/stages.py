@@ -17,7 +17,15 @@ from typing import Any
 
 from prefect import flow
 
-from checkworthy.config import DVC_REPORT, PARAMS_FILE, REPORTS_DIR, ROOT, labelled_sizes, load_params
+from checkworthy.config import (
+    DVC_REPORT,
+    PARAMS_FILE,
+    REPORTS_DIR,
+    ROOT,
+    labelled_sizes,
+    load_params,
+    model_name,
+)
 from checkworthy.flows.tasks import (
     bounds_of,
     calibrate_task,
@@ -66,7 +74,7 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
         out = {"n_claims": len(ids), "n_embedded_now": embed_task(ids, db_url)}
         write_json(METRICS / "embed.json", out)
     elif stage == "score":
-        keys = [k for m in params["models"] for k in score_task(m["spec"], ids, params, db_url)]
+        keys = [k for m in params["models"] for k in score_task(model_name(m), ids, params, db_url)]
         out = {"n_claims": len(ids), "keys": keys}
         write_json(METRICS / "scores.json", out)
     else:  # calibrate

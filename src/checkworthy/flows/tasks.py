@@ -15,16 +15,19 @@ from typing import Any
 from prefect import get_run_logger, task
 from sqlalchemy import Engine
 
-from checkworthy.config import REPORTS_DIR, ROOT
+from checkworthy.config import REPORTS_DIR, ROOT, model_name
 from checkworthy.data import validation, versioning
+from checkworthy.data.label_files import in_label_folder, set_aside
 from checkworthy.errors import DataError
 from checkworthy.flows import events
 from checkworthy.flows.retries import DB, DVC, MODEL
+from checkworthy.report.artifact import publish_drift
 from checkworthy.report.comparison import ensure_comparison
+from checkworthy.report.drift import drift_line
 from checkworthy.report.evaluation import AnalysisOptions
 from checkworthy.report.files import save_report
+from checkworthy.runs import adapt, recalibration
 from checkworthy.runs import label_updates as labels
-from checkworthy.runs import recalibration
 from checkworthy.runs.calibration_run import RunContext, RunSpec
 from checkworthy.runs.label_gate import validate_label_set
 from checkworthy.runs.main_job import (
@@ -40,7 +43,7 @@ from checkworthy.scorers.registry import configured_scorer, model_options, promp
 from checkworthy.store import lineages as lineage_store
 from checkworthy.store import provenance
 from checkworthy.store import rows as store
-from checkworthy.store.calibration_runs import load_run, targets_needing_work
+from checkworthy.store.calibration_runs import close_abandoned_runs, load_run, targets_needing_work
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.engine import get_engine
 from checkworthy.store.knn import EF_SEARCH
@@ -127,13 +130,13 @@ def embed_task(claim_ids: list[int], db_url: str | None) -> int:
 
 
 @task(name="score", **MODEL)
-def score_task(spec: str, claim_ids: list[int], params: dict[str, Any], db_url: str | None,
+def score_task(model: str, claim_ids: list[int], params: dict[str, Any], db_url: str | None,
                guidelines: str | None = None, echo: bool = False) -> list[dict[str, Any]]:
-    """Score the claims lacking a score under this model (a ``models:`` spec of params) and prompt;
-    return the score keys."""
-    scorer, prompt = configured_scorer(params, spec, **({"guidelines": guidelines} if guidelines else {}))
+    """Score the claims lacking a score under this model (the name of a ``models:`` entry of
+    params) and prompt; return the score keys."""
+    scorer, prompt = configured_scorer(params, model, **({"guidelines": guidelines} if guidelines else {}))
     keys = score_claims(engine_for(db_url), scorer, claim_ids, prompt,
-                        chunk_size=model_options(params, spec).get("chunk_size", 96),
+                        chunk_size=model_options(params, model).get("chunk_size", 96),
                         echo=lambda m: say(m, echo),
                         flow_run_id=events.current_flow_run_id())
     return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
@@ -154,28 +157,29 @@ def embed_chunk_task(hashes: list[str], db_url: str | None) -> int:
 
 
 @task(name="score-chunk", **MODEL)
-def score_chunk_task(spec: str, hashes: list[str], params: dict[str, Any], db_url: str | None,
+def score_chunk_task(model: str, hashes: list[str], params: dict[str, Any], db_url: str | None,
                      guidelines: str | None = None) -> list[dict[str, Any]]:
-    """Score a chunk's texts that have no score under this model (one transaction: a chunk lost
-    with its worker stores nothing and is scored again; a stored one is never scored again)."""
-    scorer, prompt = worker_scorer(params, spec, guidelines)
+    """Score a chunk's texts that have no score under this model (a ``models:`` entry's name; one
+    transaction: a chunk lost with its worker stores nothing and is scored again; a stored one
+    is never scored again)."""
+    scorer, prompt = worker_scorer(params, model, guidelines)
     keys = score_missing(engine_for(db_url), scorer, hashes, *prompt, chunk_size=max(len(hashes), 1),
                          flow_run_id=events.current_flow_run_id())[2]
     return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
 
 
 def announce_drift(db_url: str | None, run_ids: list[int]) -> None:
-    """Emit the drift event of each run whose claims drifted from its labelled set, and log it."""
+    """For each run whose claims drifted from its labelled set: log its drift line, emit its drift
+    event and leave the line as an artifact of the flow run."""
     with engine_for(db_url).connect() as conn:
         runs = [load_run(conn, r) for r in run_ids]
     for r in runs:
         drift = (r["params"] or {}).get("drift") or {}
-        if drift.get("alert"):
-            get_run_logger().warning(
-                f"run {r['id']} ({r['target']}): {drift['share']:.0%} of its claims lie beyond the labelled "
-                f"set's radius (expected <= {drift['expected']:.0%}, tolerated {drift['tolerance']:.0%}, "
-                f"p = {drift['p_value']:.2g}): drift")
-            events.emit_drift(r["id"], r["target"], drift)
+        line = drift_line(drift, f"run {r['id']} ({r['target']})")
+        if line:
+            get_run_logger().warning(line)
+            events.emit_drift(r["id"], r["target"], drift, line)
+            publish_drift(r["id"], line)
 
 
 @task(name="calibrate", **DB)
@@ -210,12 +214,13 @@ def recalibrate_lineage_task(name: str, label_set_id: int, validation_run_id: in
 
 
 @task(name="unscored-labelled-claims", **DB)
-def unscored_task(lineage: str, label_set_id: int, specs: list[str],
+def unscored_task(lineage: str, label_set_id: int, models: list[dict[str, Any]],
                   db_url: str | None) -> dict[str, list[int]]:
-    """The configured models (specs) under which some claims of the label set have no score yet."""
+    """The claims of the label set that some score key in force lacks, by the name of each
+    configured ``models:`` entry of that key's spec (each entry scores only what its own key lacks)."""
     with engine_for(db_url).connect() as conn:
         missing = recalibration.unscored_in_force(conn, lineage, label_set_id)
-    return {spec: missing[spec] for spec in specs if spec in missing}
+    return {model_name(m): missing[m["spec"]] for m in models if m["spec"] in missing}
 
 
 @task(name="compare-methods", **DB)
@@ -262,14 +267,18 @@ def write_json(path: Path, value: Any) -> None:
 @task(name="apply-label-file", **DVC)
 def apply_labels_task(path: str, repo: str, bounds: dict[str, Any], db_url: str | None,
                       emit: bool = True) -> dict[str, Any]:
-    """Validate and apply one label file (DVC-versioned already); record and emit the change."""
+    """Validate and apply one label file (DVC-versioned already); record and emit the change. A
+    file of data/labels/ the suite rejects is moved to data/labels/rejected/ (``moved_to``)."""
     engine = engine_for(db_url)
     with engine.begin() as conn:
         dv = record_data_version(conn, versioning.data_version(Path(repo)))
     out = labels.apply_label_file(engine, Path(path), validation.Bounds(**bounds), dv)
+    moved = None
+    if out.status == "rejected" and in_label_folder(Path(path), Path(repo)):  # like a file refused earlier
+        moved = str(set_aside(Path(path), Path(repo)))
     result = {"path": path, "update_id": out.update_id, "status": out.status, "reused": out.reused,
               "n_rows": out.n_rows, "n_appended": out.n_appended, "new_heads": out.new_heads,
-              "validation_run_ids": out.validation_run_ids, "data_version_id": dv}
+              "validation_run_ids": out.validation_run_ids, "data_version_id": dv, "moved_to": moved}
     if out.status == "applied" and out.new_heads:
         with engine.begin() as conn:
             payload = {"label_set_names": sorted(out.new_heads), "update_id": out.update_id,
@@ -278,7 +287,8 @@ def apply_labels_task(path: str, repo: str, bounds: dict[str, Any], db_url: str 
         result["event_id"] = events.emit(change) if emit else None
     elif out.status == "rejected":
         get_run_logger().warning(f"{path}: rejected by validation (runs {out.validation_run_ids}); "
-                                 "nothing was applied, the calibration in force stays")
+                                 "nothing was applied, the calibration in force stays"
+                                 + (f"; moved to {moved}" if moved else ""))
     return result
 
 
@@ -293,9 +303,9 @@ def pending_labels_task(repo: str, db_url: str | None) -> list[str]:
 def check_labels_task(files: list[str], repo: str, db_url: str | None) -> dict[str, Any]:
     """Check each label file against the store before it is versioned. A refused file found in
     data/labels/ is recorded with its reason and moved to data/labels/rejected/, so it never
-    blocks a later file; a file given from elsewhere is left as it is."""
+    blocks a later file (as is one the validation suite rejects, :func:`apply_labels_task`); a
+    file given from elsewhere is left as it is."""
     engine, good, refused = engine_for(db_url), [], []
-    labels_dir = (Path(repo) / "data" / "labels").resolve()
     for f in files:
         try:
             with engine.connect() as conn:
@@ -303,7 +313,7 @@ def check_labels_task(files: list[str], repo: str, db_url: str | None) -> dict[s
             good.append(f)
         except DataError as exc:
             moved = None
-            if Path(f).resolve().parent == labels_dir:
+            if in_label_folder(Path(f), Path(repo)):
                 moved = str(labels.refuse_label_file(engine, Path(f), Path(repo), str(exc)))
             get_run_logger().warning(f"refused {exc}" + (f"; moved to {moved}" if moved else ""))
             refused.append({"path": f, "reason": str(exc), "moved_to": moved})
@@ -356,6 +366,17 @@ def ingest_task(files: list[str], db_url: str | None,
     return out
 
 
+@task(name="close-abandoned-runs", **DB)
+def close_abandoned_task(db_url: str | None) -> list[int]:
+    """Mark 'abandoned' the calibration runs a dead process left running (their key's lock is free),
+    so that none stays 'running' for ever when no calibration starts; return their ids."""
+    with engine_for(db_url).connect() as conn:
+        closed = close_abandoned_runs(conn, "the watch-changes flow")
+    if closed:
+        get_run_logger().warning(f"runs {closed} lost their process before finishing: marked abandoned")
+    return closed
+
+
 @task(name="stale-targets", **DB)
 def stale_targets_task(db_url: str | None, lineages: list[str] | None = None) -> list[str]:
     """The targets whose newest calibration does not cover all their claims yet."""
@@ -379,3 +400,35 @@ def lineages_task(db_url: str | None, names: list[str] | None = None) -> list[di
 def bounds_of(params: dict[str, Any]) -> dict[str, Any]:
     """The label-validation bounds of params (``validation:``), as a task argument."""
     return asdict(validation.Bounds.from_params(params))
+
+
+@task(name="adapt-lineage")
+def adapt_task(lineage: str, params: dict[str, Any], repo: str | None, db_url: str | None) -> dict[str, Any]:
+    """Train a lineage's model again if its labels have grown enough, compare it with the champion
+    and promote it or not (:mod:`checkworthy.runs.adapt`); no retries: a failed training is rerun
+    by the next trigger."""
+    s = adapt.AdaptSettings.from_params(params)
+    eng = engine_for(db_url)
+    lab, why = adapt.adapt_due(eng, lineage, s)
+    if lab is None:
+        say(f"{lineage}: not adapted ({why})")
+        return {"lineage": lineage, "adapted": False, "why": why}
+    out = adapt.adapt(eng, lab, params, s, int(params.get("seed", 0)), repo=Path(repo) if repo else None,
+                      command=f"checkworthy adapt --lineage {lineage} (adapt flow)", echo=say)
+    say(f"{lineage}: version {out.version_id} {out.spec}: {out.reason}")
+    return {"lineage": lineage, "adapted": True, "why": why, "version_id": out.version_id, "spec": out.spec,
+            "promoted": out.promoted, "figures": out.figures}
+
+
+@task(name="recalibrate-with-champion", **DB)
+def recalibrate_champion_task(lineage: str, params: dict[str, Any], dv: int | None,
+                              db_url: str | None) -> list[int]:
+    """Calibrate the lineage's targets again with its champion's scores."""
+    return adapt.recalibrate_with_champion(engine_for(db_url), lineage, params, run_context(dv))
+
+
+@task(name="lineage-names", **DB)
+def lineage_names_task(db_url: str | None) -> list[str]:
+    """Every versioned lineage."""
+    with engine_for(db_url).connect() as conn:
+        return sorted(lineage_store.heads(conn))

@@ -11,16 +11,29 @@ the share of its claims beyond the radius is significantly above ``tolerance`` (
 labels: 11% beyond instead of 5% in our tests) from raising an alarm; a batch of another kind lies
 beyond almost entirely.
 
+When a batch alerts, its claims beyond the radius are never decided automatically
+(:func:`drift_status`), and the batch's share of check-worthy claims is not estimated under label
+shift. When most of it lies beyond (:data:`ANOTHER_KIND`), the batch is of another kind and its
+claims within the radius are its fringe, not claims like L's: none of it is decided automatically.
+Measured (``docs/method.md``, "Drift"): CheckThat! 2022 tweets against debate labels lie 88%
+beyond, and the rule chosen on L erred on 7 of the 18 tweets within the radius it would decide (a
+batch of another kind may also call check-worthy what L does not, which no distance shows); a 2016
+debate against the 2012 debates lies 26% beyond, and the rule erred on 4.8% of the 248 claims
+within the radius it decided. Without an alert nothing changes: claims like L's lie beyond the
+radius too (at most ``1 - q`` of them), and the decide-or-review rule chosen on L covers them.
+
 Limits: the claims of a batch are treated as independent given L (a batch of near-duplicates counts
 each); a batch that is only easier (closer to L) is never flagged. Pure: arrays in and out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from scipy.stats import binom
 
 #: the default share of L's own claims inside the radius, the share beyond it tolerated in a batch,
@@ -73,3 +86,30 @@ def drift(loo_nearest: ArrayLike, nearest: ArrayLike, quantile: float = QUANTILE
           tolerance: float = TOLERANCE, alpha: float = ALPHA) -> Drift:
     """:func:`check_drift` of a batch against the radius of L's leave-one-out nearest distances."""
     return check_drift(nearest, fit_radius(loo_nearest, quantile), quantile, tolerance, alpha)
+
+
+#: a claim's drift status (:func:`drift_status`): drift does not hold it back; it lies within the
+#: radius of a batch of another kind; it lies beyond the radius of a batch that alerts
+CALM, DRIFTING, FAR = 0, 1, 2
+#: a batch that alerts with more than this share beyond the radius is of another kind: most of it
+#: is unlike L's claims (under a mixture of L-like claims, at most 1 - q of them beyond, and others)
+ANOTHER_KIND = 0.5
+
+
+def another_kind(figure: Mapping[str, Any] | None) -> bool:
+    """Whether a batch's drift figure says it is of another kind: it alerts, and more than
+    :data:`ANOTHER_KIND` of it lies beyond the radius."""
+    return bool(figure and figure.get("alert") and figure["share"] > ANOTHER_KIND)
+
+
+def drift_status(nearest: ArrayLike, figure: Mapping[str, Any] | None) -> NDArray[np.int8]:
+    """Each claim's :data:`CALM`, :data:`DRIFTING` or :data:`FAR`, from its distance to its nearest
+    labelled claim (``nearest``) and its batch's figure (:meth:`Drift.as_dict`, as stored): all
+    calm when the figure does not alert (or there is none); beyond the radius far; within it
+    drifting in a batch of another kind (:func:`another_kind`), else calm."""
+    d = np.asarray(nearest, dtype=float)
+    if not figure or not figure.get("alert"):
+        return np.full(d.shape, CALM, dtype=np.int8)
+    radius = figure.get("radius")
+    far = np.zeros(d.shape, dtype=bool) if radius is None else d > float(radius)
+    return np.where(far, FAR, DRIFTING if another_kind(figure) else CALM).astype(np.int8)

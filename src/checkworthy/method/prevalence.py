@@ -12,7 +12,9 @@ their own label (out-of-fold, or a model fitted elsewhere).
 
 Limits: the guarantee needs label shift, not a change of what check-worthy claims look like;
 a classifier no better than chance on L (tpr = fpr) gives no estimate, and a batch given one
-decision throughout, or a class of L given one decision throughout, gives no interval.
+decision throughout, or a class of L given one decision throughout, gives no interval. A batch
+that drifted from L (:mod:`checkworthy.method.drift`: many claims far from every labelled one)
+breaks label shift outright; :func:`under_drift` then withdraws the estimate and its interval.
 
 :func:`prior_threshold` turns the estimate into a decision rule: the threshold on a probability
 calibrated under L's prior that decides as the same probability would under the batch's.
@@ -20,7 +22,7 @@ calibrated under L's prior that decides as the same probability would under the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -45,6 +47,8 @@ class Prevalence:
     level: float
     n_labelled: int
     n_batch: int
+    #: why there is no estimate although L separates its classes (``"drift"``), else None
+    not_estimable: str | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -80,6 +84,13 @@ def share_positive(y_l: ArrayLike, yhat_l: ArrayLike, yhat_u: ArrayLike, alpha: 
             low, high = float(np.clip(lo, 0.0, 1.0)), float(np.clip(hi, 0.0, 1.0))
     return Prevalence(estimate, low, high, naive, float(y.mean()), float(exact.low), float(exact.high),
                       1 - alpha, len(y), len(yu))
+
+
+def under_drift(p: Prevalence) -> Prevalence:
+    """``p`` without its estimate and interval, for a batch that drifted from L: label shift assumes
+    the claims of each class look like L's, which a batch lying far from L contradicts, so the
+    confusion matrix on L says nothing about it (the naive share and L's own stay, as facts)."""
+    return replace(p, estimate=None, low=None, high=None, not_estimable="drift")
 
 
 def prior_threshold(labelled: float, batch: float, threshold: float = 0.5) -> float:

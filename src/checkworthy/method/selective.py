@@ -20,10 +20,13 @@ rejects while ``p <= delta`` and stops at the first failure, which controls the 
 error at ``delta``. The chosen margin is the last rejected; with none, every claim (``error``) or
 every dismissal (``miss``) goes to a person.
 
-Guarantee and limits: exchangeability of L and the claims decided. L's theta must not have seen
-its own label (leave-one-out neighbours, out-of-fold predictors). A balanced L against a stream
-with fewer check-worthy claims breaks exchangeability: ``miss`` then errs on the safe side (fewer
-check-worthy claims among the dismissed than in L), ``error`` may not. Pure: arrays in and out.
+Guarantee and limits: exchangeability of L and the claims decided. A batch that drifted from L
+(:mod:`checkworthy.method.drift`) breaks it: its claims beyond L's radius (all its claims, when
+it is of another kind) go to a person whatever their theta (``status``), and no promise is made
+for them. L's theta must not have seen its own label (leave-one-out neighbours, out-of-fold
+predictors). A balanced L against a stream with fewer check-worthy claims breaks exchangeability:
+``miss`` then errs on the safe side (fewer check-worthy claims among the dismissed than in L),
+``error`` may not. Pure: arrays in and out.
 """
 
 from __future__ import annotations
@@ -36,10 +39,18 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import binom
 
+from checkworthy.method.drift import CALM, DRIFTING, FAR
+
 RISKS = ("error", "miss")
 #: what each risk bounds, in words
 RISK_WORDS = {"error": "wrong decisions among the automatic ones",
               "miss": "check-worthy claims among the automatic dismissals"}
+#: why drift sends a claim to a person whatever its theta, by its drift status
+DRIFT_WORDS = {
+    FAR: "far from every labelled claim: beyond the labelled set's radius, in a batch that drifted",
+    DRIFTING: "in a batch of another kind than the labelled set, most of it beyond its radius, though "
+              "this claim lies within it",
+}
 #: margins tried, widest first: |theta - threshold| from 0.5 down to 0 in steps of 0.01
 GRID = tuple(round(0.5 - 0.01 * i, 2) for i in range(51))
 
@@ -59,21 +70,28 @@ class ReviewRule:
     risk_labelled: float | None
     p_value: float | None
 
-    def review(self, theta: ArrayLike) -> NDArray[np.int_]:
-        """1 where a person should decide the claim, 0 where it is decided automatically."""
-        return needs_review(theta, self.threshold, self.risk, self.margin)
+    def review(self, theta: ArrayLike, status: ArrayLike | None = None) -> NDArray[np.int_]:
+        """1 where a person should decide the claim, 0 where it is decided automatically; with
+        ``status`` (:func:`checkworthy.method.drift.drift_status`), a claim that drift holds back
+        goes to a person, whatever its theta."""
+        flags = needs_review(theta, self.threshold, self.risk, self.margin)
+        return flags if status is None else flags | (np.asarray(status) != CALM).astype(np.int_)
 
     def reason(self, theta: float) -> str:
         """Whether a person should decide a claim of this theta, and why, in one line."""
         return self.reasons([theta])[0]
 
-    def reasons(self, theta: ArrayLike) -> list[str]:
-        """:meth:`reason` for many claims at once."""
+    def reasons(self, theta: ArrayLike, status: ArrayLike | None = None) -> list[str]:
+        """:meth:`reason` for many claims at once; ``status`` as in :meth:`review`."""
         t = np.asarray(theta, dtype=float)
+        drift = np.full(t.shape, CALM) if status is None else np.asarray(status)
         bound = (f"{RISK_WORDS[self.risk]} <= {self.max_risk:g} with probability >= {1 - self.delta:.0%} "
                  "over L, Learn-then-Test")
         out = []
-        for value, flagged in zip(t.tolist(), (self.review(t) == 1).tolist()):
+        for value, flagged, st in zip(t.tolist(), (self.review(t) == 1).tolist(), drift.tolist()):
+            if st != CALM:
+                out.append(f"to a person ({DRIFT_WORDS[st]}; the bound on L does not reach it)")
+                continue
             if self.risk == "miss" and value >= self.threshold:
                 why = "decided check-worthy: it goes on as such"
             elif self.margin is None:
@@ -113,24 +131,29 @@ def needs_review(theta: ArrayLike, threshold: float, risk: str, margin: float | 
     return (~auto).astype(np.int_)
 
 
-def _losses(theta: np.ndarray, y: np.ndarray, threshold: float, risk: str, margin: float | None
-            ) -> tuple[int, int]:
-    """(claims the margin puts at risk, losses among them) on L."""
+def _losses(theta: np.ndarray, y: np.ndarray, threshold: float, risk: str, margin: float | None,
+            held: np.ndarray | None = None) -> tuple[int, int]:
+    """(claims the margin puts at risk, losses among them); ``held`` claims are never automatic."""
     auto = needs_review(theta, threshold, risk, margin) == 0
+    if held is not None:
+        auto &= ~held
     if risk == "error":
         return int(auto.sum()), int((auto & ((theta >= threshold).astype(int) != y)).sum())
     dismissed = auto & (theta < threshold)
     return int(dismissed.sum()), int((dismissed & (y == 1)).sum())
 
 
-def realised(theta: ArrayLike, y: ArrayLike, threshold: float, risk: str, margin: float | None
-             ) -> tuple[float, float | None]:
+def realised(theta: ArrayLike, y: ArrayLike, threshold: float, risk: str, margin: float | None,
+             status: ArrayLike | None = None) -> tuple[float, float | None]:
     """A rule on labelled claims: the share it decides automatically, and the risk realised among
     the claims the risk concerns (all automatic decisions, or the automatic dismissals; None when
-    there are none)."""
+    there are none); the claims drift holds back (``status``, as in :meth:`ReviewRule.review`)
+    go to a person."""
     t, labels = np.asarray(theta, dtype=float), np.asarray(y, dtype=int)
-    share = float(np.mean(needs_review(t, threshold, risk, margin) == 0)) if len(t) else 0.0
-    n, lost = _losses(t, labels, threshold, risk, margin)
+    held = None if status is None else np.asarray(status) != CALM
+    auto = needs_review(t, threshold, risk, margin) == 0
+    share = float(np.mean(auto if held is None else auto & ~held)) if len(t) else 0.0
+    n, lost = _losses(t, labels, threshold, risk, margin, held)
     return share, (lost / n if n else None)
 
 

@@ -1,5 +1,6 @@
 """The report in the Prefect UI: a link artifact to report.html, the headline as a Markdown artifact
-and as a table artifact, published only from inside a flow or task run."""
+and as a table artifact; and a run's drift line as a Markdown artifact. Published only from inside
+a flow or task run."""
 
 from __future__ import annotations
 
@@ -42,3 +43,18 @@ def publish_artifact(report_dir: Path, name: str, summary: str = "",
         create_table_artifact(table=[dict(row) for row in table], key=key + "-headline",
                               description=f"checkworthy report {name}: the headline's rows")
     return link
+
+
+def publish_drift(run_id: int, line: str) -> str | None:
+    """Inside a Prefect flow or task run: run ``run_id``'s drift line (:func:`checkworthy.report.
+    drift.drift_line`) as a Markdown artifact keyed ``drift-run-<id>``; returns the key. Outside a
+    run a no-op (None)."""
+    from prefect.context import FlowRunContext, TaskRunContext  # start-up: as publish_artifact
+
+    if FlowRunContext.get() is None and TaskRunContext.get() is None:
+        return None
+    from prefect.artifacts import create_markdown_artifact  # start-up: as above
+
+    key = f"drift-run-{run_id}"
+    create_markdown_artifact(markdown=line, key=key, description=f"checkworthy run {run_id}: drift")
+    return key

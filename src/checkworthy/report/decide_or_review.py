@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
+from checkworthy.method.drift import drift_status
 from checkworthy.method.selective import realised
 from checkworthy.report import plots
 from checkworthy.report.document import Document, Heading, Image, Para, Table, code, esc
@@ -32,8 +33,9 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
         rule = r["params"]["review"]
         res = [x for x in labelled_results(conn, r["id"]) if x.label is not None]
         share_all = rule.get("automated_share")
+        status = drift_status([x.nearest for x in res], r["params"].get("drift"))
         share, risk = realised([x.theta for x in res], [x.label for x in res], rule["threshold"],
-                               rule["risk"], rule["margin"])
+                               rule["risk"], rule["margin"], status)
         within = "—" if risk is None else ("yes" if risk <= rule["max_risk"] else "**no**")
         rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", "paper")),
                      f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}",

@@ -1,15 +1,36 @@
-"""The report's "Drift" section: for every run, how many of its claims lie farther from the
-labelled set than L's own claims do (``params->'drift'``, :mod:`checkworthy.method.drift`), and the
-figure run after run. From stored rows only."""
+"""Drift for people: the one line that says a batch drifted and what to do (printed by ``predict``
+and ``calibrate``, logged, emitted and left as an artifact by the flows, answered by the API and
+exposed in its metrics), and the report's "Drift" section: for every run, how many of its claims
+lie farther from the labelled set than L's own claims do (``params->'drift'``,
+:mod:`checkworthy.method.drift`), and the figure run after run. From stored figures only."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from checkworthy.method.drift import another_kind
 from checkworthy.report import plots
 from checkworthy.report.document import Document, Heading, Image, Para, Table, esc
 from checkworthy.report.formatting import fmt
 from checkworthy.report.run_groups import Group
+
+#: what a person should do about a drifting batch
+DRIFT_ADVICE = ("label some of those beyond it (`checkworthy review export`) so that the labelled set "
+                "covers claims like them")
+
+
+def drift_line(figure: Mapping[str, Any] | None, subject: str = "this batch") -> str | None:
+    """One line for a drift figure that alerts (None otherwise): what share of ``subject`` lies
+    beyond the labelled set's radius, against what is expected, what was done (:func:`checkworthy.
+    method.drift.drift_status`) and what to do."""
+    if not figure or not figure.get("alert"):
+        return None
+    done = ("most of it is of another kind, so none of its claims is decided automatically"
+            if another_kind(figure) else "those claims go to a person, never decided automatically")
+    return (f"drift: {figure['share']:.0%} of {subject} ({figure['n_beyond']} of {figure['n']} claims) lies "
+            f"beyond the labelled set's radius (expected <= {figure['expected']:.0%}, tolerated "
+            f"{figure['tolerance']:.0%}, p = {figure['p_value']:.2g}): {done}; {DRIFT_ADVICE}")
 
 
 def drift_section(doc: Document, groups: Sequence[Group], figures: dict) -> None:

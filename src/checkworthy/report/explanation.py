@@ -49,7 +49,9 @@ def format_decision(d: Decision) -> str:
         f"{r['run_flow_run_id'] or '-'}, code {r['code_rev'] or '-'}, data version "
         f"{r['data_version_id'] or '-'} ({r['data_dvc_hash'] or '-'})",
     ]
-    if d.review:
+    if d.queued:  # the reason stored with its entry (the rule's, or drift's)
+        lines.append(f"  review:     {d.queued['reason']}")
+    elif d.review:
         lines.append(f"  review:     {ReviewRule.from_dict(d.review).reason(r['theta'])}")
     if d.queued or d.answers:
         queued = (f"queued by this run (priority {_f(d.queued['priority'], 3)})" if d.queued

@@ -10,13 +10,13 @@ same Markdown later.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
 
+from checkworthy.data.outputs import write_tree
 from checkworthy.report.artifact import publish_artifact
 from checkworthy.report.comparison import latest_comparisons
 from checkworthy.report.document import to_html
@@ -26,26 +26,17 @@ from checkworthy.store.reports import store_report
 
 
 def write_report_dir(built: Built, out: Path) -> Path:
-    """Write report.md, report.html, figures/, plots/ and metrics.json under ``out``; return report.md.
-
-    ``figures/`` and ``plots/`` are generated: they are emptied first so no stale file survives.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    for sub in ("figures", "plots"):
-        shutil.rmtree(out / sub, ignore_errors=True)
+    """Make ``out`` hold report.md, report.html, figures/, plots/ and metrics.json, all or none
+    (:func:`checkworthy.data.outputs.write_tree`: no stale or half-written file survives); return
+    report.md."""
     images = {path: draw() for path, draw in sorted(built.figures.items())}
-    for path, data in images.items():
-        (out / path).parent.mkdir(parents=True, exist_ok=True)
-        (out / path).write_bytes(data)
-    for path, body in sorted(built.plot_files.items()):
-        (out / path).parent.mkdir(parents=True, exist_ok=True)
-        (out / path).write_text(body, encoding="utf-8")
-    (out / "metrics.json").write_text(json.dumps(built.metrics, indent=2, sort_keys=True) + "\n",
-                                      encoding="utf-8")
-    (out / "report.html").write_text(to_html(built.doc, images), encoding="utf-8")
-    md = out / "report.md"
-    md.write_text(built.markdown, encoding="utf-8")
-    return md
+    files = dict(images)
+    files |= {path: body.encode("utf-8") for path, body in sorted(built.plot_files.items())}
+    files["metrics.json"] = (json.dumps(built.metrics, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files["report.html"] = to_html(built.doc, images).encode("utf-8")
+    files["report.md"] = built.markdown.encode("utf-8")
+    write_tree(out, files)
+    return out / "report.md"
 
 
 def save_report(conn: Connection, name: str, run_ids: Sequence[int], directory: Path,

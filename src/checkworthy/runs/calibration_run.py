@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
-from checkworthy.method.drift import drift
+from checkworthy.method.drift import drift, drift_status
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
@@ -34,10 +34,11 @@ from checkworthy.method.predictor_choice import (
     correction_on,
     uses_head,
 )
-from checkworthy.method.prevalence import prior_threshold, share_positive
+from checkworthy.method.prevalence import prior_threshold, share_positive, under_drift
 from checkworthy.method.selective import RISKS, fit_review
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store.calibration_runs import (
+    close_abandoned_runs,
     complete_run,
     fail_run,
     find_complete_run,
@@ -110,14 +111,19 @@ def run_key(spec: RunSpec, fingerprint: str) -> str:
     return key_of(body)
 
 
+#: how drift acts on a run's decisions (:func:`checkworthy.method.drift.drift_status`), in every run
+#: key: a run stored before drift acted sent other claims to a person, so it is never reused
+DRIFT_ACTS = "beyond the radius; all of a batch of another kind"
+
+
 def key_of(body: dict[str, Any]) -> str:
-    """The run key of a spec's fields: L's prior and the exact kNN, the defaults, are left out, so
-    runs stored before those fields existed keep their keys."""
+    """The run key of a spec's fields and of how drift acts (:data:`DRIFT_ACTS`); L's prior and the
+    exact kNN, the defaults, are left out, as before those fields existed."""
     if body.get("prior") == "labelled":
         body = {k: v for k, v in body.items() if k != "prior"}
     if body.get("knn", "exact") == "exact":
         body = {k: v for k, v in body.items() if k not in ("knn", "ef_search")}
-    return sha256_text(json.dumps(body, sort_keys=True, default=str))
+    return sha256_text(json.dumps(body | {"drift_acts": DRIFT_ACTS}, sort_keys=True, default=str))
 
 
 def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIResult, Any, dict]:
@@ -154,15 +160,14 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
-        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c) | rule_and_drift(
-            conn, spec, res.theta, nb.distances[:, 0])
+        figures = rule_and_drift(conn, spec, res.theta, nb.distances[:, 0])
+        return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c, figures["drift"]) | figures
     emb = None
     if spec.correction == "auto" or uses_head(spec.correction):
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
                claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
     res, used, fitted = compute_methods(spec, pool, nb, c, emb)
-    drift_figure = drift_params(pool.cal.dist[:, 0], used.distances[:, 0])
-    return used.claim_ids, res, used, counts | fitted | drift_figure
+    return used.claim_ids, res, used, counts | fitted
 
 
 #: how many of a run's claims its HNSW recall is measured on (exact kNN for them)
@@ -192,22 +197,25 @@ def recall_sample(n: int) -> NDArray[np.int64]:
     return np.unique(np.linspace(0, n - 1, min(RECALL_SAMPLE, n)).astype(np.int64))
 
 
-def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray) -> dict[str, Any]:
+def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure: dict[str, Any]
+                         ) -> dict[str, Any]:
     """The batch's share of label 1 for a run that builds no leave-one-out lists (the paper's
     path): from the raw score's decisions, a predictor fitted on nothing, so its decisions on L are
-    as fair as on the batch (:func:`checkworthy.method.prevalence.share_positive`)."""
+    as fair as on the batch (:func:`checkworthy.method.prevalence.share_positive`); none when the
+    run's drift ``figure`` alerts (:func:`checkworthy.method.prevalence.under_drift`)."""
     pool = load_pool(conn, spec.label_set_id, spec.key, spec.embed_model)
     t = spec.threshold
     p = share_positive(pool.labels, nnppi.decide(pool.scores, t), nnppi.decide(c, t), spec.alpha)
-    return {"prevalence": p.as_dict() | {"from": "raw score"}}
+    return {"prevalence": (under_drift(p) if figure["alert"] else p).as_dict() | {"from": "raw score"}}
 
 
 def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, theta: np.ndarray,
-                  threshold: float) -> dict[str, Any]:
+                  threshold: float, status: np.ndarray | None = None) -> dict[str, Any]:
     """The decide-or-review rule chosen on L (leave-one-out theta) and the share of the run's claims
-    it decides automatically, as stored in the run's ``params->'review'``."""
+    it decides automatically (none that drift holds back: ``status``, :func:`checkworthy.method.
+    drift.drift_status`), as stored in the run's ``params->'review'``."""
     rule = fit_review(theta_l, y_l, threshold, spec.review_risk, spec.max_risk, spec.delta)
-    share = float(np.mean(rule.review(theta) == 0)) if len(theta) else None
+    share = float(np.mean(rule.review(theta, status) == 0)) if len(theta) else None
     return {"review": rule.as_dict() | {"automated_share": share}}
 
 
@@ -218,12 +226,14 @@ def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray) -> dict[str, Any]
 
 
 def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: np.ndarray) -> dict[str, Any]:
-    """:func:`review_params` and :func:`drift_params` for the paper's path, which builds no
-    leave-one-out lists for its own figures: L's from the same SQL kNN, NN-PPI at the run's k."""
+    """:func:`drift_params` and :func:`review_params` (the claims drift holds back to a person) for
+    the paper's path, which builds no leave-one-out lists for its own figures: L's from the same
+    SQL kNN, NN-PPI at the run's k."""
     pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model, spec.knn_path)
     nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
-    return (review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold)
-            | drift_params(pool.cal.dist[:, 0], nearest))
+    figure = drift_params(pool.cal.dist[:, 0], nearest)
+    return figure | review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold,
+                                  drift_status(nearest, figure["drift"]))
 
 
 # ------------------------------------------------------------------ interval and correction
@@ -359,13 +369,18 @@ def compute_methods(
     (:data:`PREDICTOR_RUNS`) first replaces the scores; the correction is fitted on L only
     (:func:`fit_run`); the interval is centred on it (:func:`apply_run`). KNN and the
     raw-score baseline use the same neighbours as the correction and the model's own score.
+    The batch's drift figure comes first: when it alerts, the claims it holds back go to a person
+    and the batch's share of check-worthy claims is not estimated (nor decided for).
     """
     fc, fitted = fit_run(spec, pool, None if emb is None else emb[0])
+    figure = drift_params(pool.cal.dist[:, 0], nq.distances[:, 0])
     theta_in = fc.scores(c, None if emb is None else emb[1])
     cal = fc.cal
     # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
     prevalence = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
                                 nnppi.decide(theta_in, spec.threshold), spec.alpha)
+    if figure["drift"]["alert"]:
+        prevalence = under_drift(prevalence)
     fitted["prevalence"] = prevalence.as_dict()
     threshold = fc.choice.threshold
     if spec.prior == "batch" and prevalence.estimate is not None:
@@ -373,16 +388,23 @@ def compute_methods(
         fitted["prior"] = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
                            "threshold_on_theta": threshold}
     elif spec.prior == "batch":
+        why = "drift" if prevalence.not_estimable else "L's classes not separated"
         fitted["prior"] = {"mode": "batch", "threshold_on_theta": threshold,
-                           "note": "no batch estimate (L's classes not separated): L's prior"}
+                           "note": f"no batch estimate ({why}): L's prior"}
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     k = fc.choice.k
-    fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, res.theta, threshold)
-    return res, used, fitted | {"k_used": k, "neighbour_columns": int(nq.neighbor_ids.shape[1])}
+    fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, res.theta, threshold,
+                            drift_status(nq.distances[:, 0], figure["drift"]))
+    return res, used, fitted | figure | {"k_used": k, "neighbour_columns": int(nq.neighbor_ids.shape[1])}
+
+
+#: who closes the runs a dead process left running, when a calibration starts
+STARTING = "the start of another calibration"
 
 
 def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> int:
-    """Run (or reuse) the calibration described by ``spec``; return the run id."""
+    """Run (or reuse) the calibration described by ``spec``; return the run id. Holding the key's
+    lock, it first closes the runs a dead process left running (:func:`close_abandoned_runs`)."""
     check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
                   spec.delta, spec.knn, spec.ef_search)
     ctx = ctx or RunContext()
@@ -391,6 +413,7 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
         key = run_key(spec, fingerprint)
         lock_run_key(lock, key)
         try:
+            close_abandoned_runs(lock, STARTING)
             existing = find_complete_run(lock, key)
             lock.commit()
             if existing is not None:
@@ -429,5 +452,6 @@ def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
         y = np.array([gold[int(i)] for i in ids])
         store_metrics(conn, run_id, metric_rows(y, res))
     if "review" in counts:
-        queue_run(conn, run_id, counts["review"], ids, res.theta)
+        status = drift_status(nb.distances[:, 0], counts["drift"])
+        queue_run(conn, run_id, counts["review"], ids, res.theta, status)
     complete_run(conn, run_id, counts)

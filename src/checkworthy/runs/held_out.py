@@ -37,6 +37,7 @@ from checkworthy.data.datasets import (
     normalise_text,
 )
 from checkworthy.method import metrics
+from checkworthy.method.drift import drift_status
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import realised
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
@@ -154,13 +155,14 @@ def figures(y: np.ndarray, score: np.ndarray, decision: np.ndarray, lo: np.ndarr
     return out
 
 
-def review_figures(rule: Mapping[str, Any] | None, y: np.ndarray, theta: np.ndarray) -> dict[str, float]:
+def review_figures(rule: Mapping[str, Any] | None, y: np.ndarray, theta: np.ndarray,
+                   status: np.ndarray | None = None) -> dict[str, float]:
     """The run's decide-or-review rule on the event: the share decided automatically and the risk it
     bounds, realised (wrong decisions among the automatic ones, or check-worthy claims among the
-    automatic dismissals), beside the bound."""
+    automatic dismissals), beside the bound; claims drift holds back (``status``) never automatic."""
     if not rule:
         return {}
-    share, risk = realised(theta, y, rule["threshold"], rule["risk"], rule["margin"])
+    share, risk = realised(theta, y, rule["threshold"], rule["risk"], rule["margin"], status)
     return {"automated_share": share, "max_risk": float(rule["max_risk"]),
             "realised_risk": 0.0 if risk is None else risk}
 
@@ -239,7 +241,8 @@ def evaluate_held_out(
                 out.append(Measured(label, name, event.name, outcome.run_id,
                                     figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
                                             col["ci_high"]) | share
-                                    | review_figures(stored.get("review"), y, col["theta"]),
+                                    | review_figures(stored.get("review"), y, col["theta"], drift_status(
+                                        [r["neighbor_distances"][0] for r in res], stored.get("drift"))),
                                     stored.get("auto_choice"),
                                     metrics.reliability(y, col["theta"])))
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "

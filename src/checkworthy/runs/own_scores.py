@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from checkworthy.data.datasets import sha256_file
+from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
-from checkworthy.errors import DataError
+from checkworthy.errors import DataError, OutputUnwritable
 from checkworthy.method import metrics
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
@@ -72,6 +73,27 @@ def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_la
     return Row(line, cid, txt, score, label)
 
 
+def read_scored_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list[Row], list[Row]]:
+    """``calibrate``'s two files, each validated and then together (ids, scores, k); raise
+    :class:`DataError` at the first problem."""
+    lab = read_scored_csv(labeled, label_required=True)
+    unl = read_scored_csv(unlabeled, label_required=False)
+    check_distinct_ids(labeled, lab, unlabeled, unl)
+    _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
+    check_k(labeled, lab, k)
+    return lab, unl
+
+
+def check_distinct_ids(labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row]) -> None:
+    """An id names one claim: the output's ids and neighbour lists name L's and U's claims by id,
+    so an id in both files would mix them up (the same text under two ids is allowed)."""
+    lines = {r.id: r.line for r in lab}
+    for r in unl:
+        if r.id in lines:
+            raise DataError(unlabeled, r.line, "id", f"{r.id!r} is also the id of {labeled} row "
+                            f"{lines[r.id]}; give the two files' claims different ids")
+
+
 def _check_consistent_scores(files: Sequence[tuple[Path, list[Row]]]) -> None:
     """The same text given two different scores is contradictory input."""
     first: dict[str, tuple[str, int, float]] = {}
@@ -101,9 +123,12 @@ class CalibrateOutcome:
     #: what the ``auto`` correction chose on L, with each candidate's cross-validated figure
     auto_choice: dict[str, Any] | None = None
     #: the decide-or-review rule chosen on L (:mod:`checkworthy.method.selective`) and how many of
-    #: U's claims it sends to a person
+    #: U's claims go to a person, of them how many for drift (the batch drifted from L)
     review: dict[str, Any] | None = None
     n_review: int | None = None
+    n_drift: int | None = None
+    #: the batch's drift figure (:mod:`checkworthy.method.drift`)
+    drift: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,10 +153,7 @@ def calibrate_files(
     ``interval``/``correction`` name the methods (:mod:`checkworthy.method.intervals`,
     :mod:`checkworthy.method.corrections`, or ``"cv"``); the defaults are the paper's NN-PPI.
     """
-    lab = read_scored_csv(labeled, label_required=True)
-    unl = read_scored_csv(unlabeled, label_required=False)
-    _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
-    check_k(labeled, lab, k)
+    lab, unl = read_scored_files(labeled, unlabeled, k)
     files = store_files(engine, labeled, lab, unlabeled, unl)
     with engine.begin() as conn:
         model_id = store.ensure_model(conn, model, "file")
@@ -163,21 +185,40 @@ class StoredFiles:
     target: str
 
 
+def upload_dataset(path: Path) -> str:
+    """The dataset a user's file is stored as: named by the file's hash, so the same file is the
+    same dataset."""
+    return f"upload:{sha256_file(path)[:16]}"
+
+
+def labelled_lineage(labeled: Path) -> str:
+    """The lineage (label-set name) of a labelled file: ``predict``, ``calibrate`` and ``adapt``
+    of the same file share it, and so its models."""
+    return f"{upload_dataset(labeled)}:labeled"
+
+
+def store_labelled(conn: Connection, labeled: Path, lab: list[Row]) -> int:
+    """Store a labelled file's claims and labels and freeze them as its lineage's label set;
+    return the label set's id."""
+    l_ids = store.store_claims_with_labels(
+        conn, [store.NewClaim(upload_dataset(labeled), "labeled", r.id, r.text, r.label) for r in lab],
+        f"file:{labeled}")
+    return store.create_label_set(conn, labelled_lineage(labeled), l_ids)
+
+
 def store_files(
     engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row],
 ) -> StoredFiles:
     """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
     embed their texts and freeze L as a label set, in one transaction."""
     params = {"labeled_sha256": sha256_file(labeled), "unlabeled_sha256": sha256_file(unlabeled)}
-    ds_l, ds_u = f"upload:{params['labeled_sha256'][:16]}", f"upload:{params['unlabeled_sha256'][:16]}"
+    ds_u = upload_dataset(unlabeled)
     with engine.begin() as conn:
-        l_ids = store.store_claims_with_labels(
-            conn, [store.NewClaim(ds_l, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labeled}")
+        ls = store_labelled(conn, labeled, lab)
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
             f"file:{unlabeled}")
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
-        ls = store.create_label_set(conn, f"{ds_l}:labeled", l_ids)
     return StoredFiles(lab, unl, params, u_ids, ls, f"{ds_u}:unlabeled")
 
 
@@ -198,10 +239,15 @@ def calibrate_stored(
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
         run_params = load_run(conn, run_id)["params"]
-        queued = {e["claim_id"] for e in entries_of_run(conn, run_id)}
+        entries = entries_of_run(conn, run_id)
+    queued = {e["claim_id"] for e in entries}
     rule = run_params.get("review") or {}
     flags = {cid: int(cid in queued) for cid in results} if rule else {}
-    _write_out(out, unl, u_ids, results, names, flags)
+    try:
+        _write_out(out, unl, u_ids, results, names, flags)
+    except OutputUnwritable as exc:
+        raise OutputUnwritable(out, exc.cause, f"run {run_id} is stored: the same command again writes "
+                               "it without recomputing") from exc.cause
     got = None
     if all(r.label is not None for r in unl) and all(i in results for i in u_ids):
         y = np.array([r.label for r in unl])
@@ -218,15 +264,16 @@ def calibrate_stored(
         got["nnppi"]["share_positive"] = float(y.mean())
     return CalibrateOutcome(run_id, len(unl), got, in_labeled, run_params.get("prevalence"),
                             run_params.get("prior"), run_params.get("auto_choice"), rule or None,
-                            sum(flags.values()) if flags else None)
+                            sum(flags.values()) if flags else None,
+                            sum(e["cause"] == "drift" for e in entries) if flags else None,
+                            run_params.get("drift"))
 
 
 def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str],
                review: dict[int, int]) -> None:
     """One output row per input row of U, in input order (duplicates of a text included); a
     claim without a usable score has empty fields."""
-    tmp = Path(str(out) + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    with atomic_text(out) as fh:
         w = csv.writer(fh)
         w.writerow(OUT_COLUMNS)
         for row, cid in zip(rows, ids):
@@ -237,4 +284,3 @@ def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names:
             w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
                         f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
                         ";".join(names[n] for n in r["neighbor_ids"]), review.get(cid, "")])
-    tmp.replace(out)

@@ -21,6 +21,7 @@ from checkworthy.runs.own_scores import (
     Review,
     Row,
     calibrate_stored,
+    check_distinct_ids,
     check_k,
     read_scored_csv,
     store_files,
@@ -61,6 +62,7 @@ def read_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list[Row], list[
     """Both files validated (L: id,text,label; U: id,text[,label]); DataError at the first problem."""
     lab = read_scored_csv(labeled, label_required=True, scored=False)
     unl = read_scored_csv(unlabeled, label_required=False, scored=False)
+    check_distinct_ids(labeled, lab, unlabeled, unl)
     check_k(labeled, lab, k)
     return lab, unl
 

@@ -60,8 +60,10 @@ from sqlalchemy import Connection, Engine
 from threadpoolctl import threadpool_limits
 
 from checkworthy.method import nnppi
+from checkworthy.method.drift import drift_status
 from checkworthy.method.metrics import metric_rows
 from checkworthy.runs.calibration_run import (
+    STARTING,
     RunContext,
     RunSpec,
     is_paper_default,
@@ -76,6 +78,7 @@ from checkworthy.runs.calibration_run import (
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store import recalibration as recal_store
 from checkworthy.store.calibration_runs import (
+    close_abandoned_runs,
     complete_run,
     fail_run,
     find_complete_run,
@@ -450,9 +453,12 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
     if n_cal:
         theta = np.array([r.theta for r in stored])
         counts["knn"] = incremental_knn_record(conn, spec, run_id, [r.claim_id for r in stored])
-        counts |= raw_score_prevalence(conn, spec, np.array([r.score for r in stored]))
-        counts |= rule_and_drift(conn, spec, theta, np.array([r.nearest for r in stored]))
-        queue_run(conn, run_id, counts["review"], [r.claim_id for r in stored], theta)
+        nearest = np.array([r.nearest for r in stored])
+        figures = rule_and_drift(conn, spec, theta, nearest)
+        scores = np.array([r.score for r in stored])
+        counts |= raw_score_prevalence(conn, spec, scores, figures["drift"]) | figures
+        queue_run(conn, run_id, counts["review"], [r.claim_id for r in stored], theta,
+                  drift_status(nearest, figures["drift"]))
     complete_run(conn, run_id, counts)
 
 
@@ -509,6 +515,7 @@ def recalibrate(
         lock_run_key(lock, key)
         held = True
         try:
+            close_abandoned_runs(lock, STARTING)
             existing = find_complete_run(lock, key)
             lock.commit()
             if existing is not None:

@@ -18,6 +18,8 @@ from sqlalchemy import Connection
 
 from checkworthy.data import label_studio
 from checkworthy.data.label_files import REQUIRED
+from checkworthy.data.outputs import atomic_text
+from checkworthy.method.drift import CALM
 from checkworthy.method.selective import ReviewRule, review_priority
 from checkworthy.store import review_queue as queue
 
@@ -26,17 +28,19 @@ CSV_COLUMNS = (*REQUIRED, "text", "theta", "priority", "reason", "run_id", "targ
 
 
 def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any], claim_ids: Sequence[int],
-              theta: ArrayLike) -> int:
+              theta: ArrayLike, status: ArrayLike | None = None) -> int:
     """Append the run's claims (its results' ids and theta) that its rule (``params->'review'``)
-    sends to a person, with their priority and reason; return how many. Called while the run is
-    running."""
+    sends to a person, and those drift holds back (``status``: :func:`checkworthy.method.drift.
+    drift_status`), with their priority, reason and cause; return how many. Called while the run
+    is running."""
     rule = ReviewRule.from_dict(review)
     theta = np.asarray(theta, dtype=float)
-    flagged = rule.review(theta) == 1
+    drift = np.full(theta.shape, CALM) if status is None else np.asarray(status)
+    flagged = rule.review(theta, drift) == 1
     ids = [int(c) for c, f in zip(claim_ids, flagged) if f]
-    theta = theta[flagged]
+    theta, drift = theta[flagged], drift[flagged]
     return queue.insert_entries(conn, run_id, ids, theta, review_priority(theta, rule.threshold),
-                                rule.reasons(theta))
+                                rule.reasons(theta, drift), np.where(drift != CALM, "drift", "rule").tolist())
 
 
 def export_rows(conn: Connection, limit: int | None, target: str | None, order: str = "uncertain",
@@ -63,19 +67,16 @@ def export_rows(conn: Connection, limit: int | None, target: str | None, order: 
 
 def write_export(rows: Sequence[Mapping[str, Any]], out: Path, fmt: str) -> None:
     """Write the entries as Label Studio tasks (JSON) or as a CSV to fill in (``label`` empty)."""
-    tmp = out.with_name(out.name + ".tmp")
-    if fmt == "label-studio":
-        tmp.write_text(json.dumps(label_studio.tasks(rows), indent=1, ensure_ascii=False) + "\n",
-                       encoding="utf-8")
-    else:
-        with tmp.open("w", newline="", encoding="utf-8") as fh:
+    with atomic_text(out) as fh:
+        if fmt == "label-studio":
+            fh.write(json.dumps(label_studio.tasks(rows), indent=1, ensure_ascii=False) + "\n")
+        else:
             w = csv.DictWriter(fh, CSV_COLUMNS)
             w.writeheader()
             for r in rows:
                 w.writerow({"id": r["source_id"], "dataset": r["dataset"], "label": "", "text": r["text"],
                             "theta": f"{r['theta']:.6f}", "priority": f"{r['priority']:.6f}",
                             "reason": r["reason"], "run_id": r["run_id"], "target": r["target"]})
-    tmp.replace(out)
 
 
 def answers_as_label_file(path: Path, out: Path) -> list[label_studio.Answer]:

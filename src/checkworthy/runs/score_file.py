@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,7 +19,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, read_rows
+from checkworthy.errors import OutputUnwritable
 from checkworthy.runs.scoring import score_missing
 from checkworthy.store import rows as store
 
@@ -67,9 +68,7 @@ def write_out(out: Path, rows: Sequence[tuple[str, str]], hashes: Sequence[str],
     """Write OUT atomically: ``id,score,status,raw`` for the primary kind, then the other kinds."""
     others = [k for k in kinds if k != primary]
     header = ["id", "score", "status", "raw"] + [f"{p}_{k}" for k in others for p in ("score", "status")]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    with atomic_text(out) as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
         for (cid, _), h in zip(rows, hashes):
@@ -79,7 +78,6 @@ def write_out(out: Path, rows: Sequence[tuple[str, str]], hashes: Sequence[str],
                 q = preds[(h, k)]
                 line += [_fmt(q.score), q.parse_status]
             writer.writerow(line)
-    tmp.replace(out)
 
 
 def score_csv(
@@ -113,7 +111,11 @@ def score_csv(
     missing = [h for h in hashes for k in scorer.score_kinds if (h, k) not in preds]
     if missing:
         raise RuntimeError(f"{len(missing)} predictions are missing from the store after scoring")
-    write_out(out, rows, hashes, scorer.score_kinds, primary, preds)
+    try:
+        write_out(out, rows, hashes, scorer.score_kinds, primary, preds)
+    except OutputUnwritable as exc:
+        raise OutputUnwritable(out, exc.cause, "the scores are stored: the same command again writes "
+                               "them without scoring") from exc.cause
     summary = ScoreSummary(len(rows), len(set(hashes)), n_new, n_old, primary,
                            seconds=time.monotonic() - t0)
     summary.statuses.update(preds[(h, primary)].parse_status for h in hashes)

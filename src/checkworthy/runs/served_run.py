@@ -11,7 +11,8 @@ rule), fitted once when the server loads the run. A submission
    id ``api:<request uid>:<position>``, in the target ``<dataset>:incoming``, so a person's label
    for it joins the lineage like any newly arrived claim), finds its neighbours with the same SQL
    kNN, applies the fitted calibration, and stores a run of mode ``served`` (parent: the served
-   run) with its results, review-queue entries and drift figure, and the request's row.
+   run) with its results, review-queue entries and drift figure, and the request's row. When the
+   request's batch drifts from L, the claims drift holds back go to a person whatever their theta.
 
 The answer equals what a batch run of the same spec would give those claims (``compute``).
 """
@@ -29,7 +30,7 @@ from sqlalchemy import Connection, Engine
 
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
-from checkworthy.method.drift import drift
+from checkworthy.method.drift import FAR, drift, drift_status
 from checkworthy.method.predictor_choice import FittedCorrection, uses_head
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import (
@@ -104,6 +105,8 @@ class SentenceResult:
     review: bool = True
     reason: str | None = None
     neighbours: list[Neighbour] = field(default_factory=list)
+    #: beyond L's radius in a batch that drifted: a person decides, whatever theta says
+    far: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,9 +226,12 @@ class ServedRun:
             if got is not None:
                 res, nb = got
                 row = {int(c): i for i, c in enumerate(nb.claim_ids)}
+                figure = drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict()
+                status = drift_status(nb.distances[:, 0], figure)
                 if self.rule is not None:
-                    flags, reasons = self.rule.review(res.theta) == 1, self.rule.reasons(res.theta)
-                run_id, figure = self._store_run(conn, uid, ids, res, nb, flags)
+                    flags = self.rule.review(res.theta, status) == 1
+                    reasons = self.rule.reasons(res.theta, status)
+                run_id = self._store_run(conn, uid, ids, res, nb, flags, figure, status)
                 names = store.claim_source_ids(conn, [int(n) for n in nb.neighbor_ids.ravel()])
             insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids)
         results = []
@@ -241,16 +247,18 @@ class ServedRun:
                 review=bool(flags[j]) if flags is not None else False,
                 reason=reasons[j] if reasons is not None else None,
                 neighbours=[Neighbour(int(n), names[int(n)], float(d))
-                            for n, d in zip(nb.neighbor_ids[j], nb.distances[j])]))
+                            for n, d in zip(nb.neighbor_ids[j], nb.distances[j])],
+                far=bool(status[j] == FAR)))
         return Submission(uid, run_id, results, figure)
 
     def _store_run(self, conn: Connection, uid: uuid.UUID, ids: Sequence[int], res: nnppi.NNPPIResult,
-                   nb: Neighbours, flags: np.ndarray | None) -> tuple[int, dict[str, Any]]:
-        """The request's run (mode ``served``), its results, queue entries and drift figure;
-        ``flags`` are the rule's review flags of its results (None: the run has no rule)."""
+                   nb: Neighbours, flags: np.ndarray | None, figure: dict[str, Any], status: np.ndarray,
+                   ) -> int:
+        """The request's run (mode ``served``), its results, queue entries and drift ``figure``;
+        ``flags`` are the review flags of its results (None: the run has no rule), ``status``
+        their drift status (:func:`checkworthy.method.drift.drift_status`)."""
         spec = replace(self.spec, target=f"api:{uid}", claim_ids=tuple(sorted(int(i) for i in ids)))
         fp = self.run["label_set_fingerprint"]
-        figure = drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict()
         params: dict[str, Any] = {"correction": spec.correction, "served_run_id": self.run_id,
                                   "n_claims": len(ids), "n_calibrated": len(nb.claim_ids),
                                   "n_without_score": len(ids) - len(nb.claim_ids), "drift": figure}
@@ -260,6 +268,6 @@ class ServedRun:
         if flags is not None:
             share = float(np.mean(~flags))
             params["review"] = dict(self.run["params"]["review"]) | {"automated_share": share}
-            queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta)
+            queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta, status)
         complete_run(conn, run_id, params)
-        return run_id, figure
+        return run_id

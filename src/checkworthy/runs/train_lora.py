@@ -31,7 +31,7 @@ import yaml
 
 from checkworthy.config import ROOT
 from checkworthy.data.datasets import Claim
-from checkworthy.data.versioning import dvc, git_rev
+from checkworthy.data.versioning import dvc_in, git_rev
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, evaluate, leakage_free_set
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
@@ -82,21 +82,31 @@ def length_batches(idx: np.ndarray, lengths: np.ndarray, batch_size: int, gen: A
 
 def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank: int, lr: float,
               head_lr: float, batch_size: int, val_share: float, seed: int, echo: Callable[[str], None],
-              base: Base = MINILM, device: str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
+              base: Base = MINILM, device: str = "cpu", init: Path | None = None
+              ) -> tuple[Any, Any, dict[str, Any]]:
     """Train the adapter and head on ``device`` (a torch device: ``cpu``, ``cuda``); return them on
-    the CPU (the epoch with the lowest validation log-loss)."""
+    the CPU (the epoch with the lowest validation log-loss). ``init``: an artefact folder whose
+    adapter and head training continues from (its rank wins over ``rank``), else a fresh adapter."""
     import copy
 
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import load_file
     from transformers import get_linear_schedule_with_warmup
 
     torch.manual_seed(seed)
     model, tok = load_base(base)
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1, target_modules=base.target_modules)
-    encoder = get_peft_model(model, config).to(device)
+    head = torch.nn.Linear(base.hidden_size, 2)
+    if init is None:
+        config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.1, target_modules=base.target_modules)
+        encoder = get_peft_model(model, config)
+    else:
+        encoder = PeftModel.from_pretrained(model, str(init), is_trainable=True)
+        rank = encoder.peft_config["default"].r
+        head.load_state_dict(load_file(str(init / "head.safetensors")))
+    encoder = encoder.to(device)
     encoder.peft_config["default"].base_model_name_or_path = base.model  # not this machine's path
-    head = torch.nn.Linear(base.hidden_size, 2).to(device)
+    head = head.to(device)
     tr, va = _split(labels, val_share, seed)
     y = torch.tensor(np.asarray(labels), dtype=torch.long, device=device)
     adapter = [p for p in encoder.parameters() if p.requires_grad]
@@ -155,16 +165,36 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank:
              "epoch_selection": "lowest validation log-loss (held back from the training texts)",
              "history": history, "chosen_epoch": min(history, key=lambda h: h["val_log_loss"])["epoch"],
              "n_train": len(tr), "n_val": len(va), "seed": seed,
+             "continued_from": None if init is None else f"{init.parent.name}@{init.name}",
              "device": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else str(device)}
     return encoder, head, hyper
+
+
+def write_adapter(folder: Path, encoder: Any, head: Any) -> dict[str, str]:
+    """Write the adapter and head into ``folder`` (:data:`ARTEFACT_FILES`, nothing else); return
+    each file's sha256."""
+    from safetensors.torch import save_file
+
+    encoder.save_pretrained(str(folder), save_embedding_layers=False)
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(folder / "head.safetensors"))
+    for extra in set(p.name for p in folder.iterdir()) - set(ARTEFACT_FILES):  # peft's model card
+        (folder / extra).unlink()
+    return {f: sha256_bytes((folder / f).read_bytes()) for f in ARTEFACT_FILES}
 
 
 def save_lora(name: str, encoder: Any, head: Any, manifest: dict[str, Any], root: Path = ARTEFACT_ROOT,
               model_type: str = LORA) -> Path:
     """Write ``<root>/<name>/<version>/`` atomically (version: the files' sha256) and point
     ``LATEST`` at it; return the folder."""
-    from safetensors.torch import save_file
+    return save_artefact(name, lambda folder: write_adapter(folder, encoder, head),
+                         {"model_type": model_type, **manifest}, root)
 
+
+def save_artefact(name: str, write: Callable[[Path], dict[str, str]], manifest: dict[str, Any],
+                  root: Path = ARTEFACT_ROOT) -> Path:
+    """Write an artefact as ``<root>/<name>/<version>/`` atomically: ``write`` fills a temporary
+    folder and returns each file's sha256; the version is the sha256 of them in file-name order,
+    the manifest gets them, its name and version. ``LATEST`` then points at it; return the folder."""
     if not name or "/" in name or "@" in name or name.startswith("."):
         raise ValueError(f"bad classifier name {name!r}")
     base = root / name
@@ -172,13 +202,9 @@ def save_lora(name: str, encoder: Any, head: Any, manifest: dict[str, Any], root
     tmp = Path(tempfile.mkdtemp(prefix=".lora.", dir=base))
     tmp.chmod(0o755)
     try:
-        encoder.save_pretrained(str(tmp), save_embedding_layers=False)
-        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
-        for extra in set(p.name for p in tmp.iterdir()) - set(ARTEFACT_FILES):  # peft's model card
-            (tmp / extra).unlink()
-        files = {f: sha256_bytes((tmp / f).read_bytes()) for f in ARTEFACT_FILES}
-        version = sha256_bytes("".join(files[f] for f in ARTEFACT_FILES).encode())[:12]
-        manifest = {"model_type": model_type, "name": name, "version": version, "files": files, **manifest}
+        files = write(tmp)
+        version = sha256_bytes("".join(files[f] for f in sorted(files)).encode())[:12]
+        manifest = {**manifest, "name": name, "version": version, "files": files}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         target = base / version
         if target.exists():
@@ -191,16 +217,16 @@ def save_lora(name: str, encoder: Any, head: Any, manifest: dict[str, Any], root
     return target
 
 
-def version_with_dvc(folder: Path, command: str) -> Path:
+def version_with_dvc(folder: Path, command: str, repo: Path = ROOT) -> Path:
     """``dvc add`` the artefact folder, note the command that made it in its ``.dvc`` file, and
-    ``dvc push`` it to the project's remote; return the ``.dvc`` file."""
-    rel = folder.relative_to(ROOT)
-    dvc("add", "-q", str(rel))
+    ``dvc push`` it to the remote of ``repo`` (the project's); return the ``.dvc`` file."""
+    rel = folder.relative_to(repo)
+    dvc_in(repo, "add", "-q", str(rel))
     dvc_file = folder.with_name(folder.name + ".dvc")
     spec = yaml.safe_load(dvc_file.read_text())
     spec["outs"][0]["desc"] = f"made by: {command}"
     dvc_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    dvc("push", "-q", str(dvc_file.relative_to(ROOT)))
+    dvc_in(repo, "push", "-q", str(dvc_file.relative_to(repo)))
     return dvc_file
 
 

@@ -45,8 +45,11 @@ LORA = "minilm_lora"
 SETFIT = "minilm_setfit"
 #: ``model_type`` of Gemma 3 270M with a LoRA adapter and a head on its last token
 GEMMA_LORA = "gemma_lora"
+#: ``model_type`` of a lineage's cross-fitted model: MiniLM adapters for each fold and for all of its
+#: labels (:mod:`checkworthy.scorers.crossfit`)
+CROSSFIT = "crossfit_lora"
 #: the model types :class:`checkworthy.scorers.lora_classifier.LoraClassifierScorer` scores
-ADAPTER_TYPES = (LORA, SETFIT, GEMMA_LORA)
+ADAPTER_TYPES = (LORA, SETFIT, GEMMA_LORA, CROSSFIT)
 
 
 def paper_c(p: float) -> float:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -185,10 +185,15 @@ def encode(tok: Any, base: Base, texts: Sequence[str]) -> dict[str, Any]:
 
 def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     """Load ``name`` (latest) or ``name@version``; every file must match the manifest's sha256."""
-    import torch
-    from peft import PeftModel
-    from safetensors.torch import load_file
+    name, folder, manifest = verified_folder(ref, root)
+    base = base_of(manifest["model_type"])
+    encoder, head, tok = load_adapter(folder, base)
+    return LoraArtefact(name, folder.name, folder, manifest, encoder, head, tok, base)
 
+
+def verified_folder(ref: str, root: Path = ARTEFACT_ROOT) -> tuple[str, Path, dict[str, Any]]:
+    """The name, folder and manifest of ``name`` (latest) or ``name@version``, every file of the
+    manifest checked against its sha256."""
     name, _, version = ref.partition("@")
     version = version or latest_version(name, root)
     folder = root / name / version
@@ -196,13 +201,21 @@ def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     for fname, sha in manifest["files"].items():
         if sha256_bytes((folder / fname).read_bytes()) != sha:
             raise ValueError(f"classifier {name}@{version}: {fname} does not match its manifest's sha256")
-    base = base_of(manifest["model_type"])
+    return name, folder, manifest
+
+
+def load_adapter(folder: Path, base: Base) -> tuple[Any, Any, Any]:
+    """The adapter of ``folder`` on a fresh copy of ``base``, its head and the tokenizer, for scoring."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
     model, tok = load_base(base)
     encoder = PeftModel.from_pretrained(model, str(folder)).eval()
     head = torch.nn.Linear(base.hidden_size, 2)
     head.load_state_dict(load_file(str(folder / "head.safetensors")))
     head.eval()
-    return LoraArtefact(name, version, folder, manifest, encoder, head, tok, base)
+    return encoder, head, tok
 
 
 class LoraClassifierScorer:
@@ -210,8 +223,10 @@ class LoraClassifierScorer:
 
     score_kinds = SCORE_KINDS
 
-    def __init__(self, ref: str, *, root: str | Path | None = None, batch_size: int = 64) -> None:
-        self.artefact = load_lora(ref, Path(root) if root else ARTEFACT_ROOT)
+    def __init__(self, ref: str, *, root: str | Path | None = None, batch_size: int = 64,
+                 load: Callable[[str, Path], Any] = load_lora) -> None:
+        """``load``: what reads the artefact (:func:`load_lora`, or a cross-fitted model's loader)."""
+        self.artefact = load(ref, Path(root) if root else ARTEFACT_ROOT)
         self.spec = f"classifier:{ref}"
         self.batch_size = batch_size
 

@@ -4,7 +4,8 @@
 
 ``make_scorer`` returns the scorer and its prompt identity ``(version, guidelines text,
 template version)``; scorers that use no prompt get version ``"none"``. ``configured_scorer``
-builds one from a params.yaml ``models:`` entry: the one place scorer options are merged.
+builds one from a params.yaml ``models:`` entry, named by its identity (its ``name:``, else
+``spec#sampling``): the one place scorer options are merged.
 Backends are imported when a spec names them: each pulls in a heavy library (torch and
 transformers, the Ollama or OpenAI client), and start-up stays fast without them.
 """
@@ -15,9 +16,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from checkworthy.config import model_name
 from checkworthy.scorers import fewshot_prompt, prompt
 from checkworthy.scorers.base import Scorer
-from checkworthy.scorers.classifier import ADAPTER_TYPES, ARTEFACT_ROOT, ClassifierScorer, model_type
+from checkworthy.scorers.classifier import (
+    ADAPTER_TYPES,
+    ARTEFACT_ROOT,
+    CROSSFIT,
+    ClassifierScorer,
+    model_type,
+)
 from checkworthy.scorers.ensemble import EnsembleScorer
 from checkworthy.scorers.file_scorer import FileScorer
 from checkworthy.scorers.http_retry import RetryPolicy
@@ -36,19 +44,28 @@ def prompt_info(guidelines_path: str | Path | None = None) -> PromptInfo:
     return prompt.prompt_version(path), path.read_text(encoding="utf-8"), prompt.TEMPLATE_VERSION
 
 
-def model_options(params: Mapping[str, Any], spec: str) -> dict[str, Any]:
-    """A model's options from params (as :func:`checkworthy.config.load_params` reads them, so
-    ``extends:`` holds): ``scoring:`` first, then its ``models:`` entry on top."""
-    options = dict(params.get("scoring") or {})
+def model_entry(params: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The ``models:`` entry called ``name`` (:func:`checkworthy.config.model_name`); a spec no entry
+    is called is an entry of its own, with no options (``score --model SPEC``)."""
     for entry in params.get("models") or []:
-        if entry.get("spec") == spec:
-            options |= {k: v for k, v in entry.items() if k != "spec"}
-    return options
+        if model_name(entry) == name:
+            return dict(entry)
+    return {"spec": name}
 
 
-def configured_scorer(params: Mapping[str, Any], spec: str, **overrides: Any) -> tuple[Scorer, PromptInfo]:
-    """The scorer of ``spec`` with its options from params, then ``overrides`` (e.g. guidelines)."""
-    options = model_options(params, spec) | overrides
+def model_options(params: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A pass's options from params (as :func:`checkworthy.config.load_params` reads them, so
+    ``extends:`` holds): ``scoring:`` first, then its own ``models:`` entry on top, never another
+    entry of the same spec."""
+    entry = model_entry(params, name)
+    return dict(params.get("scoring") or {}) | {k: v for k, v in entry.items() if k not in ("spec", "name")}
+
+
+def configured_scorer(params: Mapping[str, Any], name: str, **overrides: Any) -> tuple[Scorer, PromptInfo]:
+    """The scorer of the ``models:`` entry ``name`` (or of a bare spec) with its options from params,
+    then ``overrides`` (e.g. guidelines)."""
+    spec = model_entry(params, name)["spec"]
+    options = model_options(params, name) | overrides
     factory = FACTORIES.get(spec.partition(":")[0], make_scorer)
     return factory(spec, **options)
 
@@ -109,9 +126,14 @@ def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
         if not name:
             raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
         kwargs = _pick(options, "root", "batch_size")
-        if model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT))) in ADAPTER_TYPES:
+        mtype = model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT)))
+        if mtype in ADAPTER_TYPES:
             from checkworthy.scorers.lora_classifier import LoraClassifierScorer  # start-up: torch, peft
 
+            if mtype == CROSSFIT:  # a lineage's adapted model: each labelled text scored out of fold
+                from checkworthy.scorers.crossfit import load_crossfit  # start-up: torch, peft
+
+                kwargs["load"] = load_crossfit
             return LoraClassifierScorer(name, **kwargs), NO_PROMPT
         return ClassifierScorer(name, **kwargs), NO_PROMPT
     if kind == "ensemble":

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from checkworthy.data.sentences import split_sentences
 from checkworthy.flows.events import emit_drift
+from checkworthy.report.drift import drift_line
 from checkworthy.report.explanation import format_decision
 from checkworthy.runs.served_run import ServedRun, Submission
 from checkworthy.serve.metrics import ApiMetrics
@@ -83,7 +84,7 @@ def sentence_out(r: Any) -> SentenceOut:
     score = None if r.theta is None else min(1.0, max(0.0, r.theta))
     return SentenceOut(text=r.text, index=r.position, score=score, model_score=r.score, theta=r.theta,
                        ci_low=r.ci_low, ci_high=r.ci_high, decision=r.decision, review=r.review,
-                       reason=r.reason, claim_id=r.claim_id, source_id=r.source_id,
+                       reason=r.reason, far=r.far, claim_id=r.claim_id, source_id=r.source_id,
                        neighbours=[{"claim_id": n.claim_id, "source_id": n.source_id, "distance": n.distance}
                                    for n in r.neighbours])
 
@@ -143,11 +144,12 @@ def create_app(engine: Engine, selection: Selection, params: Mapping[str, Any], 
     def answer(texts: list[str], key: ApiKey, endpoint: str) -> ScoreOut:
         served: ServedRun = current.get()
         sub: Submission = served.submit(texts, key.id, endpoint)
-        metrics.record(endpoint, sub)
-        if sub.drift and sub.drift.get("alert") and sub.run_id is not None:
-            emit_drift(sub.run_id, f"api:{sub.request_uid}", dict(sub.drift))
+        notice = drift_line(sub.drift)
+        metrics.record(endpoint, sub, notice)
+        if notice and sub.run_id is not None:
+            emit_drift(sub.run_id, f"api:{sub.request_uid}", dict(sub.drift or {}), notice)
         return ScoreOut(request_id=str(sub.request_uid), run_id=sub.run_id, served_run=served.provenance,
-                        drift=sub.drift, results=[sentence_out(r) for r in sub.results])
+                        drift=sub.drift, drift_notice=notice, results=[sentence_out(r) for r in sub.results])
 
     @app.post("/score/text", response_model=ScoreOut, responses=ERRORS, tags=["score"])
     def score_text(body: TextIn, key: ScorerKey) -> ScoreOut:

@@ -42,8 +42,11 @@ class SentenceOut(BaseModel):
     ci_low: float | None
     ci_high: float | None
     decision: int | None = Field(description="1: check-worthy (theta >= the run's threshold)")
-    review: bool = Field(description="true: a person should decide (the run's decide-or-review rule)")
+    review: bool = Field(description="true: a person should decide (the run's decide-or-review rule, or "
+                                     "drift: see far)")
     reason: str | None
+    far: bool = Field(description="true: beyond the labelled set's radius in a batch that drifted from it "
+                                  "(a person decides it, whatever theta says)")
     claim_id: int
     source_id: str = Field(description="the stored claim's id, for `checkworthy explain` and /claims/{id}")
     neighbours: list[NeighbourOut]
@@ -56,6 +59,8 @@ class ScoreOut(BaseModel):
     served_run: dict[str, Any] = Field(description="the calibration run the answer came from, its model, "
                                                    "prompt, label set and code versions")
     drift: dict[str, Any] | None
+    drift_notice: str | None = Field(description="when the batch drifted from the labelled set: the share "
+                                                 "beyond its radius, what was done and what to do, in a line")
     results: list[SentenceOut]
 
 

@@ -42,7 +42,7 @@ class Decision:
     neighbours: list[Mapping[str, Any]] = field(default_factory=list)
     #: the run's decide-or-review rule (``calibration_runs.params->'review'``), None for older runs
     review: Mapping[str, Any] | None = None
-    #: the run's review-queue entry for the claim (priority, reason), None when it queued none
+    #: the run's review-queue entry for the claim (priority, reason, cause), None when it queued none
     queued: Mapping[str, Any] | None = None
     #: people's answers for the claim (label, label update, when), oldest first
     answers: list[Mapping[str, Any]] = field(default_factory=list)
@@ -84,7 +84,7 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     rules = dict(conn.execute(text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"),
                               {"r": run_ids}).all())
     queued = {(q["run_id"], q["claim_id"]): q for q in conn.execute(
-        text("SELECT run_id, claim_id, priority, reason FROM review_queue WHERE claim_id = ANY(:c) "
+        text("SELECT run_id, claim_id, priority, reason, cause FROM review_queue WHERE claim_id = ANY(:c) "
              "AND run_id = ANY(:r)"),
         {"c": list(map(int, claim_ids)), "r": run_ids}).mappings()}
     answers: dict[int, list[Mapping[str, Any]]] = {}

@@ -1,9 +1,10 @@
 """Calibration runs in the store: ``calibration_runs`` rows (started, completed or failed once) and
 their ``calibrated_results``, the advisory lock that serialises a run key, and which runs are in force.
 
-A run is inserted ``running`` and moves once to ``complete`` (with counts merged into its params)
-or ``failed``. The lock is session-level on a connection of its own, so the caller's transactions
-can commit while it is held; the audit views tell an interrupted run by nobody holding its lock.
+A run is inserted ``running`` and moves once to ``complete`` (with counts merged into its params),
+``failed``, or ``abandoned`` (its process died: :func:`close_abandoned_runs`). The lock is
+session-level on a connection of its own, so the caller's transactions can commit while it is
+held; a running run whose lock nobody holds has lost its process.
 """
 
 from __future__ import annotations
@@ -39,6 +40,45 @@ def unlock_run_key(conn: Connection, run_key: str) -> None:
     """Release the lock :func:`lock_run_key` took (and commit)."""
     conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": run_key})
     conn.commit()
+
+
+#: why a run is marked abandoned (``params->'abandoned'->>'reason'``)
+ABANDONED = ("nobody held its run key's lock: the process running it ended (killed, or its database "
+             "connection or server lost) before it finished")
+
+
+def close_abandoned_runs(conn: Connection, noticed_by: str) -> list[int]:
+    """Mark 'abandoned' every run left 'running' by a process that is gone; return their ids.
+
+    A live run's process holds its key's lock (:func:`lock_run_key`) until the run is complete or
+    failed, and the server releases it when that session ends, however it ends. So a running
+    run whose key's lock can be taken here has no owner: it is finished as 'abandoned', with the
+    reason and ``noticed_by`` in ``params->'abandoned'``. ``conn`` must hold no run key's lock
+    but, at most, that of the run its caller is about to start (held, it can be taken again on
+    the same session: that key's running runs are then leftovers too). Commits.
+    """
+    keys = conn.execute(text("SELECT DISTINCT run_key FROM calibration_runs WHERE status = 'running' "
+                             "ORDER BY run_key")).scalars().all()
+    conn.commit()
+    closed: list[int] = []
+    for key in keys:
+        if not conn.execute(text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
+                            {"k": key}).scalar_one():
+            continue  # its process is alive and working
+        try:
+            closed += conn.execute(text(
+                """UPDATE calibration_runs SET status = 'abandoned', finished_at = now(),
+                   params = params || jsonb_build_object('abandoned', jsonb_build_object(
+                       'reason', CAST(:reason AS text), 'noticed_by', CAST(:by AS text)))
+                   WHERE run_key = :k AND status = 'running' RETURNING id"""),
+                {"k": key, "reason": ABANDONED, "by": noticed_by}).scalars().all()
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            unlock_run_key(conn, key)
+    return sorted(closed)
 
 
 # ---- a run's life -----------------------------------------------------------------------------
@@ -118,6 +158,12 @@ def insert_results(
 
 
 # ---- reading runs back ------------------------------------------------------------------------
+
+
+def run_statuses(conn: Connection, run_ids: Sequence[int]) -> dict[int, str]:
+    """The status of each stored run of ``run_ids`` (absent: no such run)."""
+    return dict(conn.execute(text("SELECT id, status FROM calibration_runs WHERE id = ANY(:i)"),
+                             {"i": [int(i) for i in run_ids]}).all())
 
 
 def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
@@ -247,3 +293,17 @@ def targets_needing_work(conn: Connection, label_set_names: Sequence[str] | None
         {"names": list(label_set_names) if label_set_names is not None else None},
     ).scalars())
 
+
+
+def newest_runs(conn: Connection, label_set_name: str) -> list[Any]:
+    """The newest complete run of each target a lineage has calibrated (served runs aside),
+    registered as a calibration target or not (``predict``'s batches are not)."""
+    return list(conn.execute(
+        text(
+            """SELECT DISTINCT ON (r.target) r.* FROM calibration_runs r
+               JOIN label_sets ls ON ls.id = r.label_set_id
+               WHERE ls.name = :n AND r.status = 'complete' AND r.mode <> 'served'
+               ORDER BY r.target, r.id DESC"""
+        ),
+        {"n": label_set_name},
+    ).mappings())

@@ -59,6 +59,16 @@ def lineage_head(conn: Connection, name: str) -> int | None:
     ).scalar()
 
 
+def label_set_in_force(conn: Connection, name: str) -> int | None:
+    """The label set a lineage calibrates with now: its head, else (a lineage of a user's file,
+    never versioned) its newest label set; None for an unknown lineage."""
+    head = lineage_head(conn, name)
+    if head is not None:
+        return head
+    return conn.execute(text("SELECT id FROM label_sets WHERE name = :n ORDER BY id DESC LIMIT 1"),
+                        {"n": name}).scalar()
+
+
 def set_head(
     conn: Connection, name: str, label_set_id: int, reason: str, update_id: int | None = None,
     data_version_id: int | None = None,

@@ -18,23 +18,24 @@ OPEN_COLUMNS = ("entry_id", "run_id", "target", "claim_id", "dataset", "source_i
 
 
 def insert_entries(conn: Connection, run_id: int, claim_ids: Sequence[int], theta: Sequence[float],
-                   priority: Sequence[float], reasons: Sequence[str]) -> int:
-    """Append a running run's entries in one statement; return how many."""
+                   priority: Sequence[float], reasons: Sequence[str], causes: Sequence[str]) -> int:
+    """Append a running run's entries in one statement, each with its cause (``rule`` or
+    ``drift``, migration 0014); return how many."""
     if not len(claim_ids):
         return 0
     return conn.execute(text(
-        """INSERT INTO review_queue (run_id, claim_id, theta, priority, reason)
-           SELECT :r, u.c, u.t, u.p, u.why
+        """INSERT INTO review_queue (run_id, claim_id, theta, priority, reason, cause)
+           SELECT :r, u.c, u.t, u.p, u.why, u.cause
            FROM unnest(CAST(:c AS bigint[]), CAST(:t AS float8[]), CAST(:p AS float8[]),
-                       CAST(:why AS text[])) AS u(c, t, p, why)"""),
+                       CAST(:why AS text[]), CAST(:cause AS text[])) AS u(c, t, p, why, cause)"""),
         {"r": run_id, "c": [int(c) for c in claim_ids], "t": [float(t) for t in theta],
-         "p": [float(p) for p in priority], "why": list(reasons)}).rowcount
+         "p": [float(p) for p in priority], "why": list(reasons), "cause": list(causes)}).rowcount
 
 
 def entries_of_run(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     """A run's entries, most uncertain first."""
     return list(conn.execute(text(
-        """SELECT claim_id, theta, priority, reason FROM review_queue WHERE run_id = :r
+        """SELECT claim_id, theta, priority, reason, cause FROM review_queue WHERE run_id = :r
            ORDER BY priority DESC, claim_id"""), {"r": run_id}).mappings())
 
 
@@ -103,10 +104,11 @@ def answers_of_update(conn: Connection, update_id: int) -> list[Mapping[str, Any
 
 
 def labelled_results(conn: Connection, run_id: int) -> list[Any]:
-    """A run's (claim_id, theta, label) with each claim's label as it stood when the run finished
-    (None if it had none), so that figures derived from them never change afterwards."""
+    """A run's (claim_id, theta, nearest labelled distance, label) with each claim's label as it
+    stood when the run finished (None if it had none), so that figures derived from them never
+    change afterwards."""
     return conn.execute(text(
-        """SELECT r.claim_id, r.theta,
+        """SELECT r.claim_id, r.theta, r.neighbor_distances[1] AS nearest,
                   (SELECT l.label FROM labels l
                    WHERE l.claim_id = r.claim_id AND l.created_at <= cr.finished_at
                    ORDER BY l.id DESC LIMIT 1) AS label

@@ -182,6 +182,18 @@ def label_set_claims(conn: Connection, label_set_id: int) -> list[int]:
     )
 
 
+def label_set_texts(conn: Connection, label_set_id: int) -> list[tuple[str, int]]:
+    """The (text, label) of each item of a label set, by claim id."""
+    rows = conn.execute(
+        text(
+            """SELECT t.text, i.label FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+               JOIN texts t ON t.text_hash = c.text_hash WHERE i.label_set_id = :s ORDER BY i.claim_id"""
+        ),
+        {"s": label_set_id},
+    ).all()
+    return [(r.text, int(r.label)) for r in rows]
+
+
 def label_set_fingerprint(conn: Connection, label_set_id: int) -> str:
     """The fingerprint of a label set (what identifies its labels, whatever its row id)."""
     return conn.execute(

@@ -1,0 +1,140 @@
+"""``checkworthy adapt`` and ``checkworthy models``: a lineage's own model, trained on its labels,
+and the registry of its versions (:mod:`checkworthy.runs.adapt`).
+
+Every option, the label file and the lineage's labels are checked before anything is stored or
+trained: a mistake is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from checkworthy.cli.checks import output_dir, positive_int
+from checkworthy.config import PARAMS_FILE, ROOT, load_params
+from checkworthy.errors import DataError
+
+
+def add_adapt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--labeled", help="CSV with id,text,label: the lineage of this file (as predict --labeled "
+                                     "names it)")
+    p.add_argument("--lineage", help="a stored lineage (label-set name), e.g. one the data team's label "
+                                     "updates version; with --labeled, the file must be of it")
+    p.add_argument("--params", default=str(PARAMS_FILE), help="params file (adapt: and predict: sections)")
+    p.add_argument("--folds", type=positive_int,
+                   help="cross-fitting folds K, at least 2 (default: adapt.folds)")
+    p.add_argument("--epochs", type=positive_int,
+                   help="passes over each fold's labels (default: adapt.epochs)")
+    p.add_argument("--no-dvc", action="store_true", help="do not dvc add / dvc push the artefact")
+
+
+def add_models_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="models_command", required=True)
+    ls = sub.add_parser("list", help="every model version, its status and cross-validated figures")
+    ls.add_argument("--lineage", help="only this lineage's versions")
+    for name, what in (("promote", "make a version its lineage's champion (the champion is retired)"),
+                       ("retire", "retire a version (a retired champion leaves params.yaml's predict: model "
+                                  "in force)")):
+        c = sub.add_parser(name, help=what)
+        c.add_argument("version", type=positive_int, help="the version's id (checkworthy models list)")
+        c.add_argument("--reason", default="by hand", help="why, for the audit record")
+
+
+def run_adapt(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
+    """``checkworthy adapt``: check, train cross-fitted, compare with the champion, register."""
+    from checkworthy.runs.adapt import AdaptSettings, adapt, distinct_labels, labels_problem, lineage_labels
+    from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
+
+    if not args.labeled and not args.lineage:
+        return _refuse("give --labeled FILE or --lineage NAME")
+    if not Path(args.params).is_file():
+        return _refuse(f"--params: no such file {args.params}")
+    params = load_params(Path(args.params))
+    s = AdaptSettings.from_params(params, folds=args.folds, epochs=args.epochs)
+    problem = output_dir("adapt.root", str(s.artefact_root))
+    if problem is None and not args.no_dvc and not s.artefact_root.resolve().is_relative_to(ROOT.resolve()):
+        problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
+    problem = problem or _start_problem(s.start)
+    if problem:
+        return _refuse(problem)
+    lab_rows = None
+    if args.labeled:
+        labeled = Path(args.labeled)
+        lab_rows = read_scored_csv(labeled, label_required=True, scored=False)
+        lineage = labelled_lineage(labeled)
+        if args.lineage and args.lineage != lineage:
+            return _refuse(f"--labeled {labeled} is of lineage {lineage}, not --lineage {args.lineage}")
+        why = labels_problem(list(distinct_labels(lineage, 0, [(r.text, r.label) for r in lab_rows]).labels),
+                             s.folds)
+        if why:
+            raise DataError(labeled, None, "label", why)
+    eng = engine()
+    if lab_rows is not None:
+        with eng.begin() as conn:
+            label_set = store_labelled(conn, labeled, lab_rows)
+        lab = distinct_labels(lineage, label_set, [(r.text, int(r.label)) for r in lab_rows])
+    else:
+        try:
+            lab = lineage_labels(eng, args.lineage)
+        except ValueError as exc:
+            return _refuse(str(exc))
+        why = labels_problem(lab.labels, s.folds)
+        if why:
+            return _refuse(f"--lineage {args.lineage}: {why}")
+    command = " ".join(["checkworthy", *sys.argv[1:]])
+    print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
+          f"{s.folds} folds + 1, {s.epochs} epochs each, from {s.start}")
+    out = adapt(eng, lab, params, s, int(params.get("seed", 0)), repo=None if args.no_dvc else ROOT,
+                command=command, echo=print)
+    print(f"model version {out.version_id}: {out.spec}")
+    print(out.reason)
+    print(f"champion of {lab.lineage}: {out.spec if out.promoted else out.champion}"
+          + (" (predict and serve of this lineage use it)" if out.promoted else ""))
+    return 0
+
+
+def _start_problem(start: str) -> str | None:
+    """Why today's model to continue from cannot be read (None when it can)."""
+    from checkworthy.scorers.classifier import model_type
+
+    try:
+        model_type(start)
+    except FileNotFoundError as exc:
+        return f"adapt.start {start!r}: {exc}"
+    return None
+
+
+def run_models(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
+    """``checkworthy models list | promote | retire``."""
+    from checkworthy.runs.adapt import set_status
+    from checkworthy.store import model_registry as registry
+
+    if args.models_command == "list":
+        with engine().connect() as conn:
+            rows = registry.versions(conn, args.lineage)
+        if args.lineage and not rows:
+            return _refuse(f"--lineage {args.lineage!r}: no model versions (checkworthy adapt "
+                           "registers them)")
+        for r in rows:
+            f1 = r["metrics"].get("cv_f1_positive")
+            print(f"{r['id']}\t{r['lineage']}\t{r['status']}\t{r['spec']}\t"
+                  f"cv F1 {'-' if f1 is None else f'{f1:.3f}'}\t{r['n_labels'] or '-'} labels\t"
+                  f"{r['created_at']:%Y-%m-%d %H:%M}\t{r['reason']}")
+        return 0
+    status = "champion" if args.models_command == "promote" else "retired"
+    try:
+        row, replaced = set_status(engine(), args.version, status, args.reason)
+    except ValueError as exc:
+        return _refuse(str(exc))
+    print(f"model version {args.version} ({row['spec']}) of {row['lineage']}: {status}"
+          + (f"; version {replaced} retired" if replaced else ""))
+    return 0
+
+
+def _refuse(problem: str) -> int:
+    print(f"error: {problem}", file=sys.stderr)
+    return 2
