@@ -7,7 +7,8 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy.cli.main import main
-from checkworthy.data.datasets import load_clef
+from checkworthy.data.datasets import load_clef, sha256_file
+from checkworthy.data.versioning import git_rev
 from tests.conftest import raw_path, table_counts
 
 K = 5
@@ -66,6 +67,19 @@ def test_rerun_reuses_the_stored_run(use_db, files, capsys):
     before = table_counts(use_db)
     assert main(args) == 0
     assert table_counts(use_db) == before
+
+
+def test_a_run_from_files_records_the_code_and_each_input(use_db, tmp_path, claims):
+    """An auditor finds the code revision and each input file's sha256 on the run, never a blank."""
+    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:76]])
+    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "4",
+                 "--out", str(tmp_path / "o.csv")]) == 0
+    with use_db.connect() as conn:
+        run = conn.execute(text("SELECT code_rev, params->'inputs' AS inputs FROM calibration_runs "
+                                "ORDER BY id DESC LIMIT 1")).one()
+    assert run.code_rev == git_rev() and run.code_rev
+    assert run.inputs == {"labeled_sha256": sha256_file(lab), "unlabeled_sha256": sha256_file(unl)}
 
 
 def test_unlabelled_file_without_label_column(use_db, tmp_path, claims):

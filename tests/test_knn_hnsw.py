@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from checkworthy.cli.main import main
+from checkworthy.cli.main import build_parser, main
+from checkworthy.config import load_params
 from checkworthy.runs.calibration_run import RunSpec, compute, key_of, run_calibration, run_key
 from checkworthy.runs.recalibration import find_parent, recalibrate, spec_from_run
 from checkworthy.store import lineages
@@ -147,3 +148,10 @@ def test_bad_knn_options_are_refused_before_anything_is_stored(tmp_path, capsys)
                      "--out", str(tmp_path / "o.csv"), *args])
         assert code == 2 and message in capsys.readouterr().err
     assert EXACT.as_dict() == {"path": "exact"}
+
+
+def test_calibrate_searches_with_the_ef_search_params_and_predict_use():
+    """One default for HNSW candidates: calibrate's option, params.yaml and the store's."""
+    args = build_parser().parse_args(["calibrate", "--labeled", "L.csv", "--unlabeled", "U.csv", "--k", "3",
+                                      "--out", "OUT.csv"])
+    assert args.ef_search == EF_SEARCH == load_params()["ef_search"] == KnnPath().ef_search

@@ -25,6 +25,9 @@ GUIDELINES_FILE = Path(__file__).resolve().parent / "scorers" / "guidelines" / "
 
 EMBED_MODEL = "all-MiniLM-L6-v2"
 EMBED_DIM = 384
+#: HNSW candidates a kNN search keeps by default (params.yaml ``ef_search``, ``--ef-search``): measured
+#: at 25,000 labelled claims, recall@10 0.993 against the exact path
+EF_SEARCH = 80
 
 
 def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:

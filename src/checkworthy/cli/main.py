@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkworthy.cli.checks import claim_ref, closed_unit, open_unit, output_dir, output_file, positive_int
-from checkworthy.config import PARAMS_FILE, REPORTS_DIR, ROOT, labelled_sizes, load_params, quiet_offline_env
+from checkworthy.config import (
+    EF_SEARCH,
+    PARAMS_FILE,
+    REPORTS_DIR,
+    ROOT,
+    labelled_sizes,
+    load_params,
+    quiet_offline_env,
+)
 from checkworthy.errors import DataError, OutputUnwritable, StoreBusy, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -554,7 +562,8 @@ def add_knn_options(p: argparse.ArgumentParser, defaults: tuple[str | None, int 
                    help="exact (a top-k over every labelled claim, the default) or hnsw (pgvector's HNSW "
                         "index: approximate, for large labelled sets; the run records its recall@k)")
     p.add_argument("--ef-search", type=positive_int, default=defaults[1],
-                   help="HNSW candidates per search, 1-1000 (default 100): more is slower, closer to exact")
+                   help=f"HNSW candidates per search, 1-1000 (default {EF_SEARCH}, params.yaml ef_search): "
+                        "more is slower, closer to exact")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -622,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or auto: platt, head-cv or cv, whichever has the best cross-validated "
                         "positive-class F1 on the labelled file")
     add_review_options(c, ("error", 0.1, 0.1))
-    add_knn_options(c, ("exact", 100))
+    add_knn_options(c, ("exact", EF_SEARCH))
     c.set_defaults(func=cmd_calibrate)
 
     pr = sub.add_parser("predict", help="the recommended path: score your labelled and unlabelled claims "

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine
 
 from checkworthy.config import EMBED_MODEL
+from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
 from checkworthy.method.drift import drift, drift_status
@@ -96,10 +97,11 @@ class RunSpec:
 
 @dataclass
 class RunContext:
-    """Provenance attached to a run (not part of its identity)."""
+    """Provenance attached to a run (not part of its identity); the code revision is the
+    checkout's (or the image's) unless given, so no run is stored without one."""
 
     flow_run_id: str | None = None
-    code_rev: str = ""
+    code_rev: str = field(default_factory=git_rev)
     data_version_id: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -234,7 +234,8 @@ def calibrate_stored(
     spec = RunSpec(files.target, tuple(u_ids), files.label_set_id, key, k, alpha, threshold,
                    interval_method=interval, correction=correction, prior=prior, review_risk=review.risk,
                    max_risk=review.max_risk, delta=review.delta, knn=knn.path, ef_search=knn.ef_search)
-    run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled)}))
+    run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled),
+                                                             "inputs": files.params}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])

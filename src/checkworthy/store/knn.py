@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
-from checkworthy.config import EMBED_DIM, EMBED_MODEL
+from checkworthy.config import EF_SEARCH, EMBED_DIM, EMBED_MODEL
 from checkworthy.store.engine import local_settings
 from checkworthy.store.rows import ScoreKey, bigint_array
 
@@ -214,9 +214,9 @@ class Pool:
 
 #: the kNN paths a run may take
 KNN_PATHS = ("exact", "hnsw")
-#: the HNSW index's build parameters (migration 0012), and the candidates a search keeps by
-#: default: measured at 25,000 labelled claims, recall@10 0.993 against the exact path
-HNSW_M, HNSW_EF_CONSTRUCTION, EF_SEARCH = 16, 200, 80
+#: the HNSW index's build parameters (migration 0012); the candidates a search keeps by default
+#: are ``config.EF_SEARCH``
+HNSW_M, HNSW_EF_CONSTRUCTION = 16, 200
 
 
 #: what a run that records no kNN path took: runs stored before the HNSW path were all exact
