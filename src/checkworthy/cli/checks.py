@@ -87,13 +87,16 @@ def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:
 
 def output_dir(option: str, out: str) -> str | None:
     """Why ``out`` cannot be (or be created as) a folder to write files in (None when it can): a
-    file, or a nearest existing folder where nothing can be created (read-only, ``/proc``, ``/sys``)."""
+    file, a folder whose own folder is missing (a mistyped path is not created), or a nearest
+    existing folder where nothing can be created (read-only, ``/proc``, ``/sys``)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         return f"{option} {out}: is a file; name a folder"
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         return f"{option} {out}: {existing} is a file, so no folder can be made under it"
+    if existing not in (path, path.parent):
+        return f"{option} {out}: no such directory {path.parent}; create it first"
     why = _cannot_create_in(existing)
     if why:
         return f"{option} {out}: nothing can be created in {existing} ({why}); write the output elsewhere"
