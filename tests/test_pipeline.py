@@ -69,8 +69,8 @@ def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, 
 def temperature_rows(md: str) -> list[dict[str, str]]:
     """Every row of the report's "Ablation: temperature" tables, by column."""
     rows = []
-    for part in md.split("Ablation: temperature")[1:]:
-        lines = [ln for ln in part.split("\n\n", 2)[1].splitlines() if ln.startswith("|")]
+    for part in md.split("### Ablation: temperature")[1:]:
+        lines = [ln for ln in part.split("\n#", 1)[0].splitlines() if ln.startswith("|")]
         head = [c.strip() for c in lines[0].strip("|").split("|")] if lines else []
         rows += [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[2:]]
     return rows
