@@ -200,9 +200,9 @@ def labelled_lineage(labeled: Path) -> str:
 def store_labelled(conn: Connection, labeled: Path, lab: list[Row]) -> int:
     """Store a labelled file's claims and labels and freeze them as its lineage's label set;
     return the label set's id."""
+    dataset = upload_dataset(labeled)  # the file's hash: once, not once a row
     l_ids = store.store_claims_with_labels(
-        conn, [store.NewClaim(upload_dataset(labeled), "labeled", r.id, r.text, r.label) for r in lab],
-        f"file:{labeled}")
+        conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labeled}")
     return store.create_label_set(conn, labelled_lineage(labeled), l_ids)
 
 

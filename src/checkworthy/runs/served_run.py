@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, Engine
 
+from checkworthy.config import model_name
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
 from checkworthy.method.drift import FAR, drift, drift_status
@@ -48,7 +49,7 @@ from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
-from checkworthy.scorers.registry import PromptInfo, make_scorer
+from checkworthy.scorers.registry import PromptInfo, make_scorer, model_options
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import complete_run, insert_results, load_run
@@ -67,10 +68,9 @@ def matching_scorer(params: Mapping[str, Any], spec: str, params_hash: str, prom
     ``params_hash`` and ``prompt_version``: each ``models:`` entry of the spec in turn (its options
     over ``scoring:``), then ``scoring:`` alone. ValueError when none does (the run's scores came
     from settings params.yaml no longer has, or an older guidelines file)."""
-    base = dict(params.get("scoring") or {})
-    entries = [e for e in params.get("models") or [] if e.get("spec") == spec]
+    entries = [model_name(e) for e in params.get("models") or [] if e.get("spec") == spec]
     tried = []
-    for options in [base | {k: v for k, v in e.items() if k != "spec"} for e in entries] + [base]:
+    for options in [model_options(params, e) for e in entries] + [dict(params.get("scoring") or {})]:
         scorer, prompt = make_scorer(spec, **options)
         if store.params_hash(scorer.params()) == params_hash and prompt[0] == prompt_version:
             return scorer, prompt
