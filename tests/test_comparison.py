@@ -18,11 +18,11 @@ from checkworthy.data.datasets import load_clef
 from checkworthy.method import metrics
 from checkworthy.method.corrections import LabelledSet
 from checkworthy.method.intervals import INTERVAL_METHODS
-from checkworthy.report import comparison
-from checkworthy.report.comparison import CompareInputs, CompareOptions, MetricRow, compare, targets_met
-from checkworthy.report.evaluation import AnalysisOptions
 from checkworthy.report.files import rerender, save_report
+from checkworthy.runs import comparisons
+from checkworthy.runs.analyses import AnalysisOptions
 from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.comparisons import CompareInputs, CompareOptions, MetricRow, compare, targets_met
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.comparisons import comparison_heads, comparison_rows
@@ -74,7 +74,7 @@ def test_every_family_and_method_is_compared(synth):
     assert {("interval-cv", m) for m in INTERVAL_METHODS} <= fams
     assert {("correction", m) for m in ("raw", "knn", "paper", "ppi++", "shrink", "weighted")} <= fams
     assert {("calibrator", m) for m in ("platt", "isotonic", "temperature")} <= fams
-    assert {("sets", m) for m in comparison.SET_METHODS} <= fams
+    assert {("sets", m) for m in comparisons.SET_METHODS} <= fams
     cv = out.info["cv_choice"]
     assert ("cv", cv["method"], cv["k"], "weighted_f1", "all") in idx and cv["k"] in (3, 5, 10)
     # the paper's baseline is the raw score thresholded at 0.5
@@ -89,7 +89,7 @@ def test_conformal_methods_keep_their_promise_on_exchangeable_data(synth):
     idx = index(out.rows)
     for fam in ("interval", "interval-cv"):
         k = 5 if fam == "interval" else out.info["cv_choice"]["k"]
-        for m in comparison.CONFORMAL:
+        for m in comparisons.CONFORMAL:
             assert idx[(fam, m, k, "coverage", "all")] >= 0.92, (fam, m)
         for m in ("mondrian", "mondrian-split"):  # class-conditional: each class
             assert min(idx[(fam, m, k, "coverage", c)] for c in "01") >= 0.90, (fam, m)
@@ -174,9 +174,9 @@ def world(engine):
 def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
     rid = world[("verbalised", 5)]
     with engine.begin() as conn:
-        cid = comparison.ensure_comparison(conn, rid, code_rev="test")
+        cid = comparisons.ensure_comparison(conn, rid, code_rev="test")
     with engine.begin() as conn:
-        assert comparison.ensure_comparison(conn, rid, code_rev="test") == cid  # reused
+        assert comparisons.ensure_comparison(conn, rid, code_rev="test") == cid  # reused
         rows = comparison_rows(conn, [cid])
         head = comparison_heads(conn, [cid])[cid]
         stored = load_metrics(conn, rid)
@@ -208,7 +208,7 @@ def test_old_reports_rerender_unchanged_after_comparisons_exist(engine, world, t
             k_sweep=(1, 3), sizes=(50,), seeds=(0,), size_ks=(3,), k_big=5))
         before = stored_report(conn, "cmp-before")
         assert "Methods compared" not in before["markdown"] and before["comparison_ids"] is None
-        comparison.ensure_comparison(conn, rid, code_rev="test")
+        comparisons.ensure_comparison(conn, rid, code_rev="test")
     with engine.connect() as conn:
         assert rerender(conn, before).markdown == before["markdown"]
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from checkworthy.method.embedding_head import features, fit_head
-from checkworthy.report.comparison import CompareInputs, CompareOptions, compare
+from checkworthy.runs.comparisons import CompareInputs, CompareOptions, compare
 from tests.test_comparison import synthetic
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from checkworthy.report import failure_modes as fm
+from checkworthy.method import failure_modes as fm
 
 #         gold, baseline, nnppi -> category
 CASES = [(0, 1, 0, "fixed_fp"), (1, 0, 1, "fixed_fn"), (0, 1, 1, "persistent"), (1, 0, 0, "persistent"),

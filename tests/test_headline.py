@@ -17,11 +17,11 @@ import pytest
 from scipy.special import expit
 
 from checkworthy.data.datasets import load_claimbuster, load_clef
-from checkworthy.report.comparison import ensure_comparison, latest_comparisons
 from checkworthy.report.files import write_report_dir
 from checkworthy.report.headline import HEADER
 from checkworthy.report.render import HEADLINE, build
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
+from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
 from checkworthy.runs.predict import Recommended
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store

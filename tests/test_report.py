@@ -29,13 +29,12 @@ from checkworthy.config import DVC_REPORT, ROOT
 from checkworthy.data.datasets import load_clef
 from checkworthy.data.versioning import data_hash, data_version
 from checkworthy.report.artifact import publish_artifact
-from checkworthy.report.comparison import ensure_comparison, latest_comparisons
-from checkworthy.report.evaluation import AnalysisOptions
 from checkworthy.report.files import save_report
 from checkworthy.report.formatting import fmt
 from checkworthy.report.render import HEADLINE
-from checkworthy.report.run_groups import load_runs
+from checkworthy.runs.analyses import AnalysisOptions, load_runs
 from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
+from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run
@@ -331,7 +330,7 @@ def test_k_sweep_reproduces_every_stored_run(world, engine):
 
 def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
     """Re-ranking the full-pool lists within a subsample gives exactly SQL's kNN on that subsample."""
-    from checkworthy.report import analyses
+    from checkworthy.method import sweeps
 
     w, _ = world
     with engine.connect() as conn:
@@ -351,10 +350,10 @@ def test_size_sweep_equals_sql_knn_on_each_subsample(world, engine):
         y, c = np.array([gold[i] for i in targets]), np.array([scores[i] for i in targets])
         assert info["n_fallback"] > 0  # k_big = 25 is short for the small subsamples
         for size, seed, k in [(10, 0, 10), (20, 2, 5), (40, 1, 3), (70, 0, 10)]:
-            subsets = analyses.stratified_nested_subsamples(pool.labels, info["sizes"], seed)
+            subsets = sweeps.stratified_nested_subsamples(pool.labels, info["sizes"], seed)
             pos = subsets[info["sizes"].index(size)]
             sql_ids = neighbour_lists(conn, run, targets, k, subset=pool.ids[pos])
-            expected = analyses.evaluate(y, c, sql_ids, pool, run["alpha"], run["threshold"])
+            expected = sweeps.evaluate(y, c, sql_ids, pool, run["alpha"], run["threshold"])
             assert stored[(k, size, seed)] == pytest.approx(expected[("nnppi", "weighted_f1", "all")],
                                                             abs=1e-12)
 

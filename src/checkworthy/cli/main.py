@@ -342,8 +342,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     A comparison already stored for a run (same options) is reused. ``--report NAME`` then
     saves a report of the runs whose "Methods compared" section shows these comparisons.
     """
-    from checkworthy.report import comparison
     from checkworthy.report.console import comparison_tables
+    from checkworthy.runs import comparisons
     from checkworthy.store.comparisons import comparison_heads, comparison_rows
 
     try:
@@ -356,7 +356,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for rid in ids:
         try:
             with engine.begin() as conn:
-                cids.append(comparison.ensure_comparison(conn, rid))
+                cids.append(comparisons.ensure_comparison(conn, rid))
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

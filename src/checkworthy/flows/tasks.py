@@ -22,13 +22,13 @@ from checkworthy.errors import DataError
 from checkworthy.flows import events
 from checkworthy.flows.retries import DB, DVC, MODEL
 from checkworthy.report.artifact import publish_drift
-from checkworthy.report.comparison import ensure_comparison
 from checkworthy.report.drift import drift_line
-from checkworthy.report.evaluation import AnalysisOptions
 from checkworthy.report.files import save_report
 from checkworthy.runs import adapt, recalibration
 from checkworthy.runs import label_updates as labels
+from checkworthy.runs.analyses import AnalysisOptions
 from checkworthy.runs.calibration_run import RunContext, RunSpec
+from checkworthy.runs.comparisons import ensure_comparison
 from checkworthy.runs.label_gate import validate_label_set
 from checkworthy.runs.main_job import (
     embed_claims,

@@ -1,12 +1,13 @@
 """The report's ablation sections for a group of runs: the number of neighbours k, the
 calibration-set size |L| and the sampling temperature, each from a stored analysis
-(:mod:`checkworthy.report.evaluation`) and beside the paper's finding."""
+(:mod:`checkworthy.runs.analyses`) and beside the paper's finding."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from checkworthy.report import paper_figures, plots
+from checkworthy.report.analyses import Where
 from checkworthy.report.document import Document, Heading, Image, Para, Table
 from checkworthy.report.formatting import METHODS, csv_text, diff, fmt, missing
 from checkworthy.report.run_groups import Group
@@ -25,7 +26,7 @@ def k_sweep_section(doc: Document, g: Group, metrics: Mapping, analyses: Mapping
     rows, series = [], {meth: [] for meth, _ in METHODS}
     csv_rows = []
     for k in a.params["ks"]:
-        vals = {meth: a.value(meth, "weighted_f1", k=k) for meth, _ in METHODS}
+        vals = {meth: a.value(meth, "weighted_f1", where=Where(k=k)) for meth, _ in METHODS}
         if all(missing(v) for v in vals.values()):
             continue
         for meth in vals:
@@ -38,9 +39,11 @@ def k_sweep_section(doc: Document, g: Group, metrics: Mapping, analyses: Mapping
                 not missing(vals[meth]) and not missing(stored[k].get((meth, "weighted_f1", "all")))
                 and abs(stored[k][(meth, "weighted_f1", "all")] - vals[meth]) < 1e-9
                 for meth, _ in METHODS) else "no"
+        at = Where(k=k)
         rows.append([str(k), *[fmt(vals[meth]) for meth, _ in METHODS],
-                     fmt(a.value("nnppi", "f1", "0", k=k)), fmt(a.value("nnppi", "f1", "1", k=k)),
-                     fmt(a.value("nnppi", "coverage", k=k)), fmt(a.value("nnppi", "mean_width", k=k)),
+                     fmt(a.value("nnppi", "f1", "0", at)), fmt(a.value("nnppi", "f1", "1", at)),
+                     fmt(a.value("nnppi", "coverage", where=at)),
+                     fmt(a.value("nnppi", "mean_width", where=at)),
                      fmt(paper[2] if paper else None), diff(vals["nnppi"], paper[2] if paper else None),
                      same])
         csv_rows.append([k, *[vals[meth] for meth, _ in METHODS]])
@@ -72,9 +75,9 @@ def size_section(doc: Document, g: Group, analyses: Mapping, figures: dict, plot
     for n in sizes:
         cells, means, sds = [str(n)], [], []
         for k in ks:
-            mean = a.value("nnppi", "weighted_f1", k=k, n_labelled=n, statistic="mean")
-            sd = a.value("nnppi", "weighted_f1", k=k, n_labelled=n, statistic="sd")
-            knn = a.value("knn", "weighted_f1", k=k, n_labelled=n, statistic="mean")
+            mean = a.value("nnppi", "weighted_f1", where=Where(k=k, n_labelled=n, statistic="mean"))
+            sd = a.value("nnppi", "weighted_f1", where=Where(k=k, n_labelled=n, statistic="sd"))
+            knn = a.value("knn", "weighted_f1", where=Where(k=k, n_labelled=n, statistic="mean"))
             cells += ["—" if missing(mean) else f"{fmt(mean)} ± {fmt(sd)}", fmt(knn)]
             means.append(mean)
             sds.append(sd)
@@ -113,15 +116,16 @@ def temperature_section(doc: Document, g: Group, analyses: Mapping) -> None:
             notes.add("not applicable")
             continue
         own = sib["own"]
-        base = a.value("nnppi", "weighted_f1", variant=own, k=r["k"])
+        base = a.value("nnppi", "weighted_f1", where=Where(variant=own, k=r["k"]))
         for label, rid in sib["runs"].items():
-            v = {meth: a.value(meth, "weighted_f1", variant=label, k=r["k"]) for meth, _ in METHODS}
+            at = Where(variant=label, k=r["k"])
+            v = {meth: a.value(meth, "weighted_f1", where=at) for meth, _ in METHODS}
             rows.append([str(r["k"]), label + (" (this run)" if label == own else ""), str(rid),
                          *[fmt(v[meth]) for meth, _ in METHODS],
-                         fmt(a.value("nnppi", "f1", "0", variant=label, k=r["k"])),
-                         fmt(a.value("nnppi", "f1", "1", variant=label, k=r["k"])),
-                         fmt(a.value("baseline", "predicted_positive_rate", variant=label, k=r["k"])),
-                         fmt(a.value("nnppi", "coverage", variant=label, k=r["k"])),
+                         fmt(a.value("nnppi", "f1", "0", at)),
+                         fmt(a.value("nnppi", "f1", "1", at)),
+                         fmt(a.value("baseline", "predicted_positive_rate", where=at)),
+                         fmt(a.value("nnppi", "coverage", where=at)),
                          diff(v["nnppi"], base)])
     if rows:
         doc.add(Table(["k", "temperature", "run", "Baseline wF1", "KNN wF1", "NN-PPI wF1", "NN-PPI F1 (0)",

@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from checkworthy.report import paper_figures
-from checkworthy.report.comparison import DECISION_FAMILIES, INTERVAL_FAMILIES, method_keys, targets_met
 from checkworthy.report.formatting import METHODS, fmt
-from checkworthy.report.run_groups import load_runs, temperature_label
+from checkworthy.runs.analyses import load_runs, temperature_label
+from checkworthy.runs.comparisons import DECISION_FAMILIES, INTERVAL_FAMILIES, method_keys, targets_met
 from checkworthy.store.analyses import score_params
 from checkworthy.store.metrics import load_metrics
 

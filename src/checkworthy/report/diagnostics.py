@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from checkworthy.report import failure_modes, paper_figures, plots
+from checkworthy.method import failure_modes
+from checkworthy.report import paper_figures, plots
+from checkworthy.report.analyses import StoredAnalysis, Where
 from checkworthy.report.document import Document, Heading, Image, Para, Table, code, esc
-from checkworthy.report.evaluation import StoredAnalysis
 from checkworthy.report.formatting import METHODS, diff, fmt, short
 from checkworthy.report.run_groups import Group
 
@@ -28,9 +29,10 @@ def reliability_section(doc: Document, g: Group, analyses: Mapping, figures: dic
         rows.append([str(r["k"]), *[fmt(a.value(meth, "ece")) for meth, _ in METHODS]])
         pts = {}
         for meth, _ in METHODS:
-            pts[meth] = [(a.value(meth, "mean_value", bin=b), a.value(meth, "positive_rate", bin=b),
-                          int(a.value(meth, "count", bin=b) or 0))
-                         for b in range(a.params["n_bins"]) if (a.value(meth, "count", bin=b) or 0) > 0]
+            at = [Where(bin=b) for b in range(a.params["n_bins"])]
+            pts[meth] = [(a.value(meth, "mean_value", where=w), a.value(meth, "positive_rate", where=w),
+                          int(a.value(meth, "count", where=w) or 0))
+                         for w in at if (a.value(meth, "count", where=w) or 0) > 0]
         panels.append((f"k={r['k']}", pts))
     path = f"figures/{g.slug}--reliability.png"
     figures[path] = lambda: plots.reliability(f"{g.title}: reliability", panels)
@@ -47,9 +49,10 @@ def reliability_section(doc: Document, g: Group, analyses: Mapping, figures: dic
         n_bins = len(edges["baseline"]) - 1
         if i == 0:
             hpanels.append(("raw score", edges["baseline"], {
-                c: [a.value("baseline", "count", c, bin=b) or 0 for b in range(n_bins)] for c in ("0", "1")}))
+                c: [a.value("baseline", "count", c, Where(bin=b)) or 0 for b in range(n_bins)]
+                for c in ("0", "1")}))
         hpanels.append((f"NN-PPI theta, k={r['k']}", edges["nnppi"], {
-            c: [a.value("nnppi", "count", c, bin=b) or 0 for b in range(len(edges["nnppi"]) - 1)]
+            c: [a.value("nnppi", "count", c, Where(bin=b)) or 0 for b in range(len(edges["nnppi"]) - 1)]
             for c in ("0", "1")}))
     if hpanels:
         hpath = f"figures/{g.slug}--histograms.png"
@@ -79,7 +82,7 @@ def failure_section(doc: Document, g: Group, analyses: Mapping) -> None:
             continue
 
         def n(cat: str, cls: str = "all", a: StoredAnalysis = a) -> int:
-            return int(a.value("nnppi", "n_claims", cls, variant=cat) or 0)
+            return int(a.value("nnppi", "n_claims", cls, Where(variant=cat)) or 0)
 
         rows.append([str(r["k"]), str(n("fixed_fp")), str(n("fixed_fn")),
                      f"{n('persistent')} ({n('persistent', '0')} / {n('persistent', '1')})",

@@ -18,10 +18,10 @@ from sqlalchemy import Connection
 
 from checkworthy.data.outputs import write_tree
 from checkworthy.report.artifact import publish_artifact
-from checkworthy.report.comparison import latest_comparisons
 from checkworthy.report.document import to_html
-from checkworthy.report.evaluation import AnalysisOptions, ensure_analyses
 from checkworthy.report.render import Built, build
+from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses
+from checkworthy.runs.comparisons import latest_comparisons
 from checkworthy.store.reports import store_report
 
 

@@ -4,7 +4,7 @@ baselines, in one table and one figure (positive-class F1 per method and dataset
 The recommended method is params.yaml's ``predict:`` (:class:`checkworthy.runs.predict.Recommended`:
 the correction ``auto``, chosen on L among Platt scaling, the embedding head and NN-PPI, and the
 Mondrian interval, k = 10). Its figures are those the stored method comparison
-(:mod:`checkworthy.report.comparison`) computed on the run with that model, score and k: the
+(:mod:`checkworthy.runs.comparisons`) computed on the run with that model, score and k: the
 families of :data:`COMPARED` (``auto`` and ``interval-auto``: decisions, intervals around them). The
 paper's NN-PPI (z interval) and the baselines (raw score at the threshold, the plain kNN label
 mean) are the runs' stored evaluation metrics, on the paper's score (verbalised, at the paper's

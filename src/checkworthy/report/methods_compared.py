@@ -1,5 +1,5 @@
 """The report's "Methods compared" section: every interval, correction and calibrator on each run's
-inputs, from the stored method comparisons (:mod:`checkworthy.report.comparison`) the report pinned."""
+inputs, from the stored method comparisons (:mod:`checkworthy.runs.comparisons`) the report pinned."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from checkworthy.report import comparison, plots
+from checkworthy.report import plots
 from checkworthy.report.document import Document, Heading, Image, Para, Table, code, esc
 from checkworthy.report.formatting import csv_text, fmt, missing
 from checkworthy.report.run_groups import Group
+from checkworthy.runs import comparisons
 
 #: coverage targets for the conformal methods at nominal 95% (overall, each class)
 COVERAGE_TARGETS = (0.94, 0.92)
@@ -60,8 +61,8 @@ def _group_comparison(doc: Document, g: Group, runs: Sequence[Mapping[str, Any]]
     for r in runs:
         idx = {(x["family"], x["method"], x["k"], x["metric"], x["class"]): x["value"]
                for x in by_run[r["id"]]}
-        met = comparison.targets_met(by_run[r["id"]], overall=lo, per_class=cls_lo)
-        for f, m, k in comparison.method_keys(idx, comparison.INTERVAL_FAMILIES):
+        met = comparisons.targets_met(by_run[r["id"]], overall=lo, per_class=cls_lo)
+        for f, m, k in comparisons.method_keys(idx, comparisons.INTERVAL_FAMILIES):
             cov = [idx.get((f, m, k, "coverage", c)) for c in ("all", "0", "1")]
             width, width01, size = (idx.get((f, m, k, x, "all"))
                                     for x in ("mean_width", "mean_width_01", "mean_set_size"))
@@ -73,7 +74,7 @@ def _group_comparison(doc: Document, g: Group, runs: Sequence[Mapping[str, Any]]
             if not missing(x) and not missing(cov[0]):
                 points.append((f, m, k, float(x), float(cov[0])))
             csv_rows.append([r["k"], f, m, k, *cov, width01, size])
-        for f, m, k in comparison.method_keys(idx, comparison.DECISION_FAMILIES):
+        for f, m, k in comparisons.method_keys(idx, comparisons.DECISION_FAMILIES):
             vals = [idx.get((f, m, k, metric, c)) for metric, c in DECISION_COLUMNS]
             dec_rows.append([str(r["k"]), FAMILY_TITLES[f], code(m), "—" if k is None else str(k),
                              *[fmt(x) for x in vals]])

@@ -1,7 +1,7 @@
 """Render a report of stored runs: every table and figure from stored rows only.
 
 :func:`build` reads the runs, their ``evaluation_metrics``, the analyses a report pinned
-(:mod:`checkworthy.report.evaluation`) and the method comparisons it pinned, and lays out the
+(:mod:`checkworthy.report.analyses`) and the method comparisons it pinned, and lays out the
 document: first the headline (:mod:`checkworthy.report.headline`: the recommended method against
 the paper's NN-PPI and the baselines, one table and one figure), then, folded, the contents, every
 run (:mod:`checkworthy.report.sections`), each group's tables, ablations and diagnostics
@@ -22,16 +22,17 @@ from sqlalchemy import Connection
 
 from checkworthy.report import paper_figures
 from checkworthy.report.ablations import k_sweep_section, size_section, temperature_section
+from checkworthy.report.analyses import load_analyses
 from checkworthy.report.decide_or_review import decide_or_review
 from checkworthy.report.diagnostics import failure_section, reliability_section
 from checkworthy.report.document import Contents, Document, Fold, Heading, code, esc, to_html, to_markdown
 from checkworthy.report.drift import drift_section
-from checkworthy.report.evaluation import load_analyses
 from checkworthy.report.formatting import METHODS, missing
 from checkworthy.report.headline import Headline, headline, recommended
 from checkworthy.report.methods_compared import methods_compared
-from checkworthy.report.run_groups import Group, group_runs, load_runs
+from checkworthy.report.run_groups import Group, group_runs
 from checkworthy.report.sections import data_beside_paper, run_tables, summary
+from checkworthy.runs.analyses import load_runs
 from checkworthy.runs.predict import Recommended
 from checkworthy.store.analyses import lineage_position, score_params
 from checkworthy.store.comparisons import comparison_heads, comparison_rows

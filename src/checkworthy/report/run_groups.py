@@ -1,7 +1,6 @@
-"""The runs a report covers: loaded with their inputs, keyed by what they share, and grouped.
-
-Runs that differ only in k form a group (same target claims, label set, score key, alpha,
-threshold, interval): the report gives each group one section and the analyses that do not
+"""The runs a report covers, grouped: runs that differ only in k (the same
+:func:`checkworthy.runs.analyses.group_key`: same target claims, label set, score key, alpha,
+threshold, interval) form a group, to which the report gives one section; the analyses that do not
 depend on k (the k and |L| sweeps) are computed once per group.
 """
 
@@ -12,40 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection
-
 from checkworthy.report.document import code, esc
 from checkworthy.report.formatting import missing, short, slug
-from checkworthy.store.analyses import runs_with_inputs
-from checkworthy.store.rows import sha256_text
-
-
-def json_hash(value: Any) -> str:
-    """sha256 of a value's sorted-key JSON (group keys, analysis parameters)."""
-    return sha256_text(json.dumps(value, sort_keys=True, default=str))
-
-
-def group_key(run: Mapping[str, Any]) -> str:
-    """sha256 of a run's identity without k: runs sharing it differ only in k."""
-    return json_hash({f: run[f] for f in (
-        "target", "label_set_fingerprint", "model_id", "prompt_version", "params_hash", "score_kind",
-        "embed_model", "alpha", "threshold", "interval_method", "claims_hash")})
-
-
-def load_runs(conn: Connection, run_ids: Sequence[int]) -> list[dict[str, Any]]:
-    """The runs with everything a report names about their inputs, in report order, each with its
-    ``dataset`` and ``group_key``."""
-    runs = runs_with_inputs(conn, run_ids)
-    for r in runs:
-        r["dataset"] = r["target"].split(":")[0]
-        r["group_key"] = group_key(r)
-    return runs
-
-
-def temperature_label(t: Any) -> str:
-    """How the report names a sampling temperature ("T=0.1", "T=default")."""
-    return "T=default" if t is None else f"T={float(t):g}"
-
 
 #: score kinds in words (the report never names a score by its parameters hash)
 SCORE_WORDS = {"verbalised": "verbalised score", "token_prob": "token probability",

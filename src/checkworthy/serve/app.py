@@ -26,7 +26,7 @@ from checkworthy.flows.events import emit_drift
 from checkworthy.report.drift import drift_line
 from checkworthy.report.explanation import format_decision
 from checkworthy.runs.served_run import ServedRun, Submission
-from checkworthy.serve.metrics import ApiMetrics
+from checkworthy.serve.prometheus import ApiMetrics
 from checkworthy.serve.schemas import ErrorOut, ScoreOut, SentenceOut, SentencesIn, TextIn
 from checkworthy.serve.served import CurrentRun, NotReady, Selection
 from checkworthy.store.api_keys import ApiKey, key_for

@@ -1,17 +1,21 @@
-"""The report's analyses of stored runs: computed once, stored, and loaded back for rendering.
+"""The report's analyses of stored runs, computed once and stored (:mod:`checkworthy.store.analyses`
+holds their SQL, :mod:`checkworthy.report.analyses` loads them back for rendering).
 
-For each group of runs that differ only in k (:mod:`checkworthy.report.run_groups`) the k sweep and
-the |L| sweep come from one SQL kNN call per group (each target's neighbour list over the whole
-labelled pool, ``k_big`` long; see :mod:`checkworthy.report.analyses`); for each run, the
-temperature comparison, the failure modes with examples, reliability bins and score
-histograms. Results go to ``report_analyses`` / ``analysis_metrics`` / ``failure_examples``;
-an analysis already stored with the same inputs is reused. Gold labels are taken *as of the
+For each group of runs that differ only in k (:func:`group_key`) the k sweep and the |L| sweep come
+from one SQL kNN call per group (each target's neighbour list over the whole labelled pool,
+``k_big`` long; see :mod:`checkworthy.method.sweeps`); for each run, the temperature comparison,
+the failure modes with examples (:mod:`checkworthy.method.failure_modes`), reliability bins and
+score histograms (:mod:`checkworthy.method.bins`). Results go to ``report_analyses`` /
+``analysis_metrics`` / ``failure_examples``; an analysis already stored with the same inputs is
+reused. Gold labels are taken *as of the
 run* (newest label created before the run finished), so a later label correction does not
 change an old run's analysis.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,20 +25,16 @@ import numpy as np
 from sqlalchemy import Connection
 
 from checkworthy.data.versioning import git_rev
-from checkworthy.report import analyses, failure_modes
-from checkworthy.report.analyses import Row
-from checkworthy.report.formatting import METHODS, missing
-from checkworthy.report.run_groups import json_hash, load_runs, temperature_label
+from checkworthy.method import bins, failure_modes, sweeps
+from checkworthy.method.metrics import METHODS
+from checkworthy.method.sweeps import Row, SweepInputs
 from checkworthy.store.analyses import (
-    analysis_heads,
-    analysis_metric_rows,
     claim_text,
-    earliest_analysis_heads,
     existing_analysis,
-    failure_example_rows,
     lock_group,
     neighbour_rows,
     run_results,
+    runs_with_inputs,
     score_param_siblings,
     score_params,
     store_analysis,
@@ -42,6 +42,7 @@ from checkworthy.store.analyses import (
 from checkworthy.store.knn import Pool, neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.metrics import load_metrics
+from checkworthy.store.rows import sha256_text
 
 #: bump when an analysis's computation changes: stored analyses of older versions are not reused
 ANALYSIS_VERSION = 1
@@ -49,7 +50,7 @@ GROUP_ANALYSES = ("k_sweep", "label_set_size")
 RUN_ANALYSES = ("temperature", "failure_modes", "reliability", "histogram")
 #: the stored metrics a temperature comparison shows, (method, metric, class)
 TEMPERATURE_METRICS = (
-    *[(m, "weighted_f1", "all") for m, _ in METHODS],
+    *[(m, "weighted_f1", "all") for m in METHODS],
     ("nnppi", "f1", "0"), ("nnppi", "f1", "1"), ("nnppi", "accuracy", "all"),
     ("baseline", "predicted_positive_rate", "all"), ("nnppi", "predicted_positive_rate", "all"),
     ("baseline", "mean_score", "0"), ("baseline", "mean_score", "1"),
@@ -78,7 +79,33 @@ class AnalysisOptions:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in known.items()})
 
 
-# ---- computing and storing --------------------------------------------------------------------
+def json_hash(value: Any) -> str:
+    """sha256 of a value's sorted-key JSON (group keys, analysis parameters)."""
+    return sha256_text(json.dumps(value, sort_keys=True, default=str))
+
+
+def group_key(run: Mapping[str, Any]) -> str:
+    """sha256 of a run's identity without k: runs sharing it differ only in k."""
+    return json_hash({f: run[f] for f in (
+        "target", "label_set_fingerprint", "model_id", "prompt_version", "params_hash", "score_kind",
+        "embed_model", "alpha", "threshold", "interval_method", "claims_hash")})
+
+
+def load_runs(conn: Connection, run_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The runs with everything a report names about their inputs, in report order, each with its
+    ``dataset`` and ``group_key``."""
+    runs = runs_with_inputs(conn, run_ids)
+    for r in runs:
+        r["dataset"] = r["target"].split(":")[0]
+        r["group_key"] = group_key(r)
+    return runs
+
+
+def temperature_label(t: Any) -> str:
+    """How the report names a sampling temperature ("T=0.1", "T=default"): the temperature
+    comparison's variants."""
+    return "T=default" if t is None else f"T={float(t):g}"
+
 
 
 @dataclass
@@ -126,7 +153,8 @@ class _GroupData:
 
 def _store(conn: Connection, run: Mapping[str, Any], analysis: str, params: dict[str, Any],
            computed: _Computed, code_rev: str, flow_run_id: str | None) -> int:
-    rows = [asdict(row) | {"value": None if missing(row.value) else row.value} for row in computed.rows]
+    rows = [asdict(row) | {"value": None if row.value is None or math.isnan(row.value) else row.value}
+            for row in computed.rows]
     return store_analysis(conn, run, analysis, params | {"info": computed.info}, json_hash(params), rows,
                           computed.examples, code_rev, flow_run_id)
 
@@ -198,11 +226,10 @@ def _analysis_params(analysis: str, o: AnalysisOptions, run: Mapping[str, Any]) 
 def _compute_group(analysis: str, data: _GroupData, o: AnalysisOptions) -> _Computed:
     run = data.anchor
     y, c, pool, lists = data.get("gold"), data.get("scores"), data.get("pool"), data.get("lists")
-    alpha, thr = run["alpha"], run["threshold"]
+    inp = SweepInputs(y, c, lists, pool, run["alpha"], run["threshold"])
     if analysis == "k_sweep":
         ks = [k for k in sorted(set(o.k_sweep)) if k <= lists.shape[1]]
-        return _Computed(analyses.k_sweep(y, c, lists, pool, ks, alpha, thr),
-                         info={"n_pool": len(pool.ids), "n_targets": len(y)})
+        return _Computed(sweeps.k_sweep(inp, ks), info={"n_pool": len(pool.ids), "n_targets": len(y)})
     claim_ids = data.get("claim_ids")
 
     def fallback(rows: np.ndarray, subset: np.ndarray, k: int) -> np.ndarray:
@@ -210,8 +237,7 @@ def _compute_group(analysis: str, data: _GroupData, o: AnalysisOptions) -> _Comp
 
     n_pool = len(pool.ids)
     sizes = sorted({s for s in o.sizes if s < n_pool} | {n_pool})
-    rows, n_fallback = analyses.label_set_size_sweep(y, c, lists, pool, sizes, o.seeds, o.size_ks,
-                                                      alpha, thr, fallback)
+    rows, n_fallback = sweeps.label_set_size_sweep(inp, sizes, o.seeds, o.size_ks, fallback)
     return _Computed(rows, info={"n_pool": n_pool, "sizes": sizes, "n_fallback": n_fallback,
                                  "n_targets": len(y)})
 
@@ -247,10 +273,9 @@ def _compute_run(analysis: str, conn: Connection, run: Mapping[str, Any], data: 
     theta = np.array([r["theta"] for r in results], dtype=float)
     knn = np.array([r["knn_mean"] for r in results], dtype=float)
     if analysis == "reliability":
-        return _Computed(analyses.reliability_rows(y, {"baseline": score, "knn": knn, "nnppi": theta},
-                                                    o.n_bins))
+        return _Computed(bins.reliability_rows(y, {"baseline": score, "knn": knn, "nnppi": theta}, o.n_bins))
     if analysis == "histogram":
-        return _Computed(analyses.histogram_rows(y, {"baseline": score, "nnppi": theta}, params["edges"]))
+        return _Computed(bins.histogram_rows(y, {"baseline": score, "nnppi": theta}, params["edges"]))
     return _failure_modes(conn, run, data, o, score, theta, knn)
 
 
@@ -300,56 +325,3 @@ def _neighbour_details(conn: Connection, run: Mapping[str, Any], ids: Sequence[i
     return [{"rank": int(r.rank), "claim_id": int(r.nid), "source_id": r.source_id, "text": r.text,
              "distance": float(r.dist), "label": int(r.label), "score": float(r.score)} | e
             for r, e in zip(rows, effects)]
-
-
-# ---- loading for rendering (read-only) --------------------------------------------------------
-
-
-@dataclass
-class StoredAnalysis:
-    """One stored analysis with its metric rows and failure examples; :meth:`value` looks a figure up."""
-
-    id: int
-    run_id: int
-    group_key: str
-    analysis: str
-    params: dict[str, Any]
-    code_rev: str
-    flow_run_id: str | None
-    rows: list[Mapping[str, Any]] = field(default_factory=list)
-    examples: list[Mapping[str, Any]] = field(default_factory=list)
-
-    def value(self, method: str, metric: str, cls: str = "all", variant: str = "", k: int | None = None,
-              n_labelled: int | None = None, seed: int | None = None, bin: int | None = None,
-              statistic: str = "value") -> float | None:
-        return self._index.get((variant, k, n_labelled, seed, bin, method, metric, cls, statistic))
-
-    def index(self) -> None:
-        self._index = {(r["variant"], r["k"], r["n_labelled"], r["seed"], r["bin"], r["method"], r["metric"],
-                        r["class"], r["statistic"]): r["value"] for r in self.rows}
-
-
-def load_analyses(conn: Connection, runs: Sequence[Mapping[str, Any]],
-                  analysis_ids: Sequence[int] | None) -> dict[tuple[Any, str], StoredAnalysis]:
-    """Analyses keyed by (group_key, analysis) for group analyses and (run_id, analysis) per run."""
-    if analysis_ids is not None:
-        heads = analysis_heads(conn, analysis_ids)
-    else:  # a report stored without pinned analyses: the earliest of each kind
-        heads = earliest_analysis_heads(conn, sorted({r["group_key"] for r in runs}), GROUP_ANALYSES,
-                                        [r["id"] for r in runs], RUN_ANALYSES)
-    out: dict[tuple[Any, str], StoredAnalysis] = {}
-    by_id: dict[int, StoredAnalysis] = {}
-    for h in heads:
-        a = StoredAnalysis(h["id"], h["run_id"], h["group_key"].strip(), h["analysis"], dict(h["params"]),
-                           h["code_rev"], h["flow_run_id"])
-        key = (a.group_key, a.analysis) if a.analysis in GROUP_ANALYSES else (a.run_id, a.analysis)
-        out.setdefault(key, a)
-        by_id[a.id] = a
-    if by_id:
-        for r in analysis_metric_rows(conn, list(by_id)):
-            by_id[r["analysis_id"]].rows.append(r)
-        for e in failure_example_rows(conn, list(by_id)):
-            by_id[e["analysis_id"]].examples.append(e)
-    for a in by_id.values():
-        a.index()
-    return out
