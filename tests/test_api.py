@@ -341,7 +341,8 @@ def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world,
            (["--lineage", world.lineage, "--model", "classifier:nothing"], "no complete calibration run"),
            (["--lineage", world.lineage, "--run", "999999"], "no complete calibration run"),
            (["--lineage", world.lineage, "--port", "0"], "--port"),
-           (["--lineage", world.lineage, "--k", "five"], "--k")]
+           (["--lineage", world.lineage, "--k", "five"], "--k"),
+           (["--model", "classifier:nothing"], "no lineage has a complete run to serve")]
     for args, message in bad:
         done = subprocess.run([exe, "serve", *args], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
@@ -371,3 +372,36 @@ def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world,
         proc.terminate()
         out = proc.communicate(timeout=30)[0]
     assert f"serving run {world.paper} of {world.lineage}" in out
+
+
+def test_serve_without_a_lineage_serves_the_newest_run_and_says_which(db_url, world):
+    """Without ``--lineage``: the only lineage with a run the options select, else the one whose
+    run is newest (here the world's, the newest run of this model), named in the first line."""
+    import os
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "checkworthy")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, "serve", "--model", MODEL, "--k", "5", "--correction", "paper",
+                             "--port", str(port)], env=os.environ | {"DATABASE_URL": db_url},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(240):
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        assert ready.json()["served_run"]["run_id"] == world.paper
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    first, second = out.splitlines()[:2]
+    said = first.removeprefix(f"lineage {world.lineage}: ")
+    assert said == "the only lineage with a run to serve" or (
+        said.startswith(f"its run {world.paper} is the newest of the ") and said.endswith(
+            " lineages with a run to serve (--lineage chooses another)")), out
+    assert second.startswith(f"serving run {world.paper} of {world.lineage} ")

@@ -147,3 +147,67 @@ def test_bad_review_options_are_refused_before_anything_is_written(use_db, files
                  option, value]) == 2
     assert message in capsys.readouterr().err and not out.exists()
     assert table_counts(use_db) == before
+
+
+def run_of(printed: str) -> int:
+    """The run id ``calibrate`` and ``predict`` print: ``calibrated N claims (run ID, ...)``."""
+    return int(printed.split("(run ")[1].split(",")[0])
+
+
+def lineage_of_run(engine, run_id: int) -> tuple[int, str]:
+    """The label set a run calibrated with, and its lineage."""
+    from checkworthy.store.calibration_runs import load_run
+    from checkworthy.store.lineages import label_set_name
+
+    with engine.connect() as conn:
+        label_set = load_run(conn, run_id)["label_set_id"]
+        return label_set, label_set_name(conn, label_set)
+
+
+def test_a_named_lineage_is_one_files_and_a_bad_name_is_refused_before_anything_is_stored(
+        use_db, files, tmp_path, claims, capsys):
+    """``--name``: the same file and name give the same lineage (and label set); without it, the
+    file's own ``upload:<hash>:labeled``; a malformed name, or one holding another file's labels,
+    is refused in one line before anything is stored."""
+    lab, unl, out = files
+    argv = ["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", str(K), "--out", str(out)]
+    named = []
+    for _ in range(2):
+        assert main([*argv, "--name", "desk-a"]) == 0
+        named.append(lineage_of_run(use_db, run_of(capsys.readouterr().out)))
+    assert named[0] == named[1] and named[0][1] == "desk-a"
+    assert main(argv) == 0
+    assert lineage_of_run(use_db, run_of(capsys.readouterr().out))[1] == f"upload:{sha256_file(lab)[:16]}:labeled"
+
+    other = write(tmp_path / "L2.csv", ["id", "text", "score", "label"], claims[:60])
+    out2 = tmp_path / "o2.csv"
+    before = table_counts(use_db)
+    refused = [(str(lab), name, "--name: 1 to 64 letters, digits") for name in
+               ("", "desk a", "x" * 65, "team:a", ".a", "déjà")]
+    refused.append((str(other), "desk-a", "--name desk-a: already the lineage of other labels"))
+    for labeled, name, message in refused:
+        assert main(["calibrate", "--labeled", labeled, "--unlabeled", str(unl), "--k", str(K),
+                     "--out", str(out2), "--name", name]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, (name, err)
+    assert table_counts(use_db) == before and not out2.exists()
+
+
+def test_predict_names_its_lineage_and_refuses_another_files_name(use_db, tmp_path, claims, capsys):
+    """``predict --name`` as ``calibrate --name``: its run's label set is of the named lineage, and
+    a name holding another file's labels is refused before anything is scored or stored."""
+    lab = write(tmp_path / "L.csv", ["id", "text", "label"], [(c[0], c[1], c[3]) for c in claims[:60]])
+    unl = write(tmp_path / "U.csv", ["id", "text"], [(c[0], c[1]) for c in claims[60:70]])
+    argv = ["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--model", "classifier:minilm-lr",
+            "--score-kind", "p_positive", "--k", "5"]
+    assert main([*argv, "--out", str(tmp_path / "o.csv"), "--name", "desk-p"]) == 0
+    assert lineage_of_run(use_db, run_of(capsys.readouterr().out))[1] == "desk-p"
+    scored = write(tmp_path / "S.csv", ["id", "text", "score", "label"], claims[:60])
+    scored_u = write(tmp_path / "SU.csv", ["id", "text", "score"], [c[:3] for c in claims[60:70]])
+    assert main(["calibrate", "--labeled", str(scored), "--unlabeled", str(scored_u), "--k", "5",
+                 "--out", str(tmp_path / "c.csv"), "--name", "desk-q"]) == 0
+    capsys.readouterr()
+    before = table_counts(use_db)
+    assert main([*argv, "--out", str(tmp_path / "o2.csv"), "--name", "desk-q"]) == 2
+    assert "--name desk-q: already the lineage of other labels" in capsys.readouterr().err
+    assert table_counts(use_db) == before and not (tmp_path / "o2.csv").exists()

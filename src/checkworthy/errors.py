@@ -53,6 +53,12 @@ class DataError(ValueError):
         return (type(self), (self.file, self.row, self.field, self.problem))
 
 
+class UsageError(Exception):
+    """A command was asked for something it cannot do (an option's value, a name in use, a run
+    that does not exist): the command line prints it as one line, ``error: ...``, and exits with
+    status 2, before anything is stored."""
+
+
 class StoreBusy(RuntimeError):
     """Another session has held a lock the command needs for longer than it waits: nothing was
     written; the message names the lock and who holds it. Not retried (it is not a fault)."""

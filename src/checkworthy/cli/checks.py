@@ -1,4 +1,5 @@
-"""What the command line checks before anything is stored: numeric options and output paths.
+"""What the command line checks before anything is stored: numeric options, names, run ids and
+output paths.
 
 Each check is an argparse ``type`` (or runs right after parsing), so a bad value stops the
 command with one line naming the option, before the database starts or a file is written.
@@ -9,9 +10,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from checkworthy.errors import UsageError
+
+#: a lineage name a person gives (``--name``): safe in a URL and a shell, and never one of the
+#: names the package makes, which all hold a ':' (``upload:<hash>:labeled``, ``clef2024:calibration:...``)
+LINEAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def _number(text: str) -> float:
@@ -56,6 +64,24 @@ def claim_ref(text: str) -> str:
     if text.startswith("id:") and not text[3:].isdigit():
         raise argparse.ArgumentTypeError(f"id: must be followed by a claim id (digits), got {text!r}")
     return text
+
+
+def lineage_name(text: str) -> str:
+    """A lineage name (``--name``): 1 to 64 letters, digits, '.', '_' or '-', starting with a
+    letter or a digit."""
+    if not LINEAGE_NAME.match(text):
+        raise argparse.ArgumentTypeError(f"1 to 64 letters, digits, '.', '_' or '-', starting with a letter "
+                                         f"or a digit, got {text!r}")
+    return text
+
+
+def run_ids(given: str, prefix: str = "") -> list[int]:
+    """The distinct run ids, sorted, of ``--run 3,5`` (or, with ``prefix`` ``run:``, of
+    ``run:3,5``); a :class:`UsageError` shows the form expected."""
+    try:
+        return sorted({int(x) for x in given.removeprefix(prefix).split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"expected {prefix or '--run '}<id>[,<id>...], got {given!r}") from None
 
 
 def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
-
-from sqlalchemy import Engine
 
 from checkworthy.cli.checks import output_dir, positive_int
 from checkworthy.config import PARAMS_FILE, ROOT, load_params
-from checkworthy.errors import DataError
+from checkworthy.errors import DataError, UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ad = sub.add_parser("adapt", help="fine-tune the recommended small model on a lineage's labels "
+                                      "(cross-fitted), register it, promote it if it beats the champion")
+    add_adapt_arguments(ad)
+    ad.set_defaults(func=cmd_adapt)
+    md = sub.add_parser("models", help="the model registry: list, promote, retire")
+    add_models_arguments(md)
+    md.set_defaults(func=cmd_models)
 
 
 def add_adapt_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,15 +51,16 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
         c.add_argument("--reason", default="by hand", help="why, for the audit record")
 
 
-def run_adapt(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
+def cmd_adapt(args: argparse.Namespace) -> int:
     """``checkworthy adapt``: check, train cross-fitted, compare with the champion, register."""
     from checkworthy.runs.adapt import AdaptSettings, adapt, distinct_labels, labels_problem, lineage_labels
     from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
+    from checkworthy.store.engine import get_engine
 
     if not args.labeled and not args.lineage:
-        return _refuse("give --labeled FILE or --lineage NAME")
+        raise UsageError("give --labeled FILE or --lineage NAME")
     if not Path(args.params).is_file():
-        return _refuse(f"--params: no such file {args.params}")
+        raise UsageError(f"--params: no such file {args.params}")
     params = load_params(Path(args.params))
     s = AdaptSettings.from_params(params, folds=args.folds, epochs=args.epochs)
     problem = output_dir("adapt.root", str(s.artefact_root))
@@ -60,19 +68,19 @@ def run_adapt(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
         problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
     problem = problem or _start_problem(s.start)
     if problem:
-        return _refuse(problem)
+        raise UsageError(problem)
     lab_rows = None
     if args.labeled:
         labeled = Path(args.labeled)
         lab_rows = read_scored_csv(labeled, label_required=True, scored=False)
         lineage = labelled_lineage(labeled)
         if args.lineage and args.lineage != lineage:
-            return _refuse(f"--labeled {labeled} is of lineage {lineage}, not --lineage {args.lineage}")
+            raise UsageError(f"--labeled {labeled} is of lineage {lineage}, not --lineage {args.lineage}")
         why = labels_problem(list(distinct_labels(lineage, 0, [(r.text, r.label) for r in lab_rows]).labels),
                              s.folds)
         if why:
             raise DataError(labeled, None, "label", why)
-    eng = engine()
+    eng = get_engine()
     if lab_rows is not None:
         with eng.begin() as conn:
             label_set = store_labelled(conn, labeled, lab_rows)
@@ -81,10 +89,10 @@ def run_adapt(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
         try:
             lab = lineage_labels(eng, args.lineage)
         except ValueError as exc:
-            return _refuse(str(exc))
+            raise UsageError(str(exc)) from None
         why = labels_problem(lab.labels, s.folds)
         if why:
-            return _refuse(f"--lineage {args.lineage}: {why}")
+            raise UsageError(f"--lineage {args.lineage}: {why}")
     command = " ".join(["checkworthy", *sys.argv[1:]])
     print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
           f"{s.folds} folds + 1, {s.epochs} epochs each, from {s.start}")
@@ -108,17 +116,18 @@ def _start_problem(start: str) -> str | None:
     return None
 
 
-def run_models(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
+def cmd_models(args: argparse.Namespace) -> int:
     """``checkworthy models list | promote | retire``."""
     from checkworthy.runs.adapt import set_status
     from checkworthy.store import model_registry as registry
+    from checkworthy.store.engine import get_engine
 
     if args.models_command == "list":
-        with engine().connect() as conn:
+        with get_engine().connect() as conn:
             rows = registry.versions(conn, args.lineage)
         if args.lineage and not rows:
-            return _refuse(f"--lineage {args.lineage!r}: no model versions (checkworthy adapt "
-                           "registers them)")
+            raise UsageError(f"--lineage {args.lineage!r}: no model versions (checkworthy adapt "
+                             "registers them)")
         for r in rows:
             f1 = r["metrics"].get("cv_f1_positive")
             print(f"{r['id']}\t{r['lineage']}\t{r['status']}\t{r['spec']}\t"
@@ -127,14 +136,9 @@ def run_models(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
         return 0
     status = "champion" if args.models_command == "promote" else "retired"
     try:
-        row, replaced = set_status(engine(), args.version, status, args.reason)
+        row, replaced = set_status(get_engine(), args.version, status, args.reason)
     except ValueError as exc:
-        return _refuse(str(exc))
+        raise UsageError(str(exc)) from None
     print(f"model version {args.version} ({row['spec']}) of {row['lineage']}: {status}"
           + (f"; version {replaced} retired" if replaced else ""))
     return 0
-
-
-def _refuse(problem: str) -> int:
-    print(f"error: {problem}", file=sys.stderr)
-    return 2

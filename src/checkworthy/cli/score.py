@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import Engine
 
 from checkworthy.cli.checks import output_file, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
+from checkworthy.errors import UsageError
 from checkworthy.runs.score_file import read_input, score_csv
 from checkworthy.runs.train_classifier import ARTEFACT_ROOT, DEFAULT_EXCLUDE, train
 from checkworthy.scorers.lora_classifier import BASES
@@ -39,6 +39,15 @@ def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def register(sub: argparse._SubParsersAction) -> None:
+    sc = sub.add_parser("score", help="score a CSV (id,text) with any model spec")
+    add_score_arguments(sc)
+    sc.set_defaults(func=cmd_score)
+    tc = sub.add_parser("train-classifier", help="train the leakage-free MiniLM classifier")
+    add_train_arguments(tc)
+    tc.set_defaults(func=cmd_train_classifier)
+
+
 def add_score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a params file models: entry by its name "
                    "(embedded:gemma3-270m, embedded:gemma3-270m#t0.1) or any model spec: ollama:gemma3:1b, "
@@ -53,8 +62,21 @@ def add_score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=positive_int, default=64, help="texts per stored chunk")
 
 
-def run_score(args: argparse.Namespace, engine_factory: Callable[[], Engine]) -> int:
-    """``checkworthy score``: validate input and model first, then start the store and score."""
+def cmd_score(args: argparse.Namespace) -> int:
+    """``checkworthy score``: a CSV of claims scored with any model spec, the scores stored like
+    the main job's; a bad option, file or model (or a backend that fails) is one line, status 2."""
+    from checkworthy.scorers.http_retry import BackendError
+
+    try:
+        return run_score(args)
+    except (ValueError, FileNotFoundError, BackendError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Validate input and model first, then start the store and score."""
+    from checkworthy.store.engine import get_engine
+
     problem = output_file("--out", args.out, [args.input])
     if problem:
         raise ValueError(problem)
@@ -64,7 +86,7 @@ def run_score(args: argparse.Namespace, engine_factory: Callable[[], Engine]) ->
         raise ValueError(f"--params: no such file {args.params}")
     params = load_params(Path(args.params)) if args.params else {}
     scorer, prompt = configured_scorer(params, args.model, **overrides)
-    summary = score_csv(engine_factory(), scorer, prompt, rows, Path(args.out), kind=args.kind,
+    summary = score_csv(get_engine(), scorer, prompt, rows, Path(args.out), kind=args.kind,
                         chunk_size=args.chunk_size)
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))
     print(f"{summary.n_rows} rows ({summary.n_texts} distinct texts): {summary.n_new} scored now, "
@@ -103,8 +125,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", help="artefact root (default: models/classifier)")
 
 
+def cmd_train_classifier(args: argparse.Namespace) -> int:
+    """``checkworthy train-classifier``: train the leakage-free classifier artefact, print its test
+    F1; a bad option is one line, status 2."""
+    try:
+        return run_train(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def run_train(args: argparse.Namespace) -> int:
-    """``checkworthy train-classifier``: train, save, print the test F1."""
+    """Train, save, print the test F1."""
     exclude = [g.strip() for g in args.exclude.split(",") if g.strip()]
     root = Path(args.root) if args.root else ARTEFACT_ROOT
     if args.method in ("lora", "setfit"):

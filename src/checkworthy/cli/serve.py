@@ -1,26 +1,43 @@
 """``checkworthy serve`` (the HTTP API under uvicorn) and ``checkworthy keys`` (its API keys).
 
 Everything the server needs is checked before it listens: the options, the port, the lineage and
-a run to serve (loaded and fitted up front), so a mistake is one line and exit status 2.
+a run to serve (loaded and fitted up front), so a mistake is one line and exit status 2. Without
+``--lineage`` it serves the only lineage with a run to serve, else the one whose run is newest,
+and says which in its first line.
 """
 
 from __future__ import annotations
 
 import argparse
 import socket
-import sys
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection
 
 from checkworthy.cli.checks import positive_int
-from checkworthy.config import load_params
+from checkworthy.config import PARAMS_FILE, load_params
+from checkworthy.errors import UsageError
+
+if TYPE_CHECKING:
+    from checkworthy.serve.served import Selection
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sv = sub.add_parser("serve", help="the HTTP API: calibrated decisions for submitted texts (docs/api.md)")
+    add_serve_arguments(sv)
+    sv.add_argument("--params", default=str(PARAMS_FILE), help="params file (models, predict: defaults)")
+    sv.set_defaults(func=cmd_serve)
+    ky = sub.add_parser("keys", help="the API's keys: create, revoke, list")
+    add_keys_arguments(ky)
+    ky.set_defaults(func=cmd_keys)
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lineage", required=True,
-                   help="the label-set lineage whose newest complete run answers (a wrong name "
-                        "lists the calibrated ones)")
+    p.add_argument("--lineage",
+                   help="the label-set lineage whose newest complete run answers (a wrong name lists the "
+                        "calibrated ones; default: the only lineage with a run to serve, else the one "
+                        "whose run is newest)")
     p.add_argument("--run", type=positive_int, help="serve this run only (default: the lineage's newest)")
     p.add_argument("--model", help="only runs of this model spec (default: the lineage's champion, "
                                    "else params.yaml predict: model)")
@@ -52,18 +69,20 @@ def add_keys_arguments(p: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="every key, with its role and when it was revoked")
 
 
-def run_keys(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
+def cmd_keys(args: argparse.Namespace) -> int:
+    """Create, revoke and list the API's keys."""
     from checkworthy.store import api_keys
+    from checkworthy.store.engine import get_engine
 
     if args.keys_command == "list":
-        with engine().connect() as conn:
+        with get_engine().connect() as conn:
             for k in api_keys.list_keys(conn):
                 state = f"revoked {k['revoked_at']:%Y-%m-%d %H:%M}" if k["revoked_at"] else "in force"
                 print(f"{k['name']}\t{k['role']}\t{k['key_prefix']}...\t"
                       f"created {k['created_at']:%Y-%m-%d %H:%M}\t{state}")
         return 0
     try:
-        with engine().begin() as conn:
+        with get_engine().begin() as conn:
             if args.keys_command == "create":
                 key, secret = api_keys.create_key(conn, args.name, args.role)
                 print(f"key {key.name} ({key.role}): {secret}\n"
@@ -71,8 +90,7 @@ def run_keys(args: argparse.Namespace, engine: Callable[[], Engine]) -> int:
                 return 0
             done = api_keys.revoke_key(conn, args.name)
     except (ValueError, LookupError) as exc:
-        print(f"error: {exc.args[0]}", file=sys.stderr)
-        return 2
+        raise UsageError(exc.args[0]) from None
     print(f"key {args.name}: " + ("revoked" if done else "was revoked already"))
     return 0
 
@@ -86,36 +104,28 @@ def _port_problem(host: str, port: int) -> str | None:
     return None
 
 
-def run_serve(args: argparse.Namespace, engine: Callable[[], Engine], params_path: str) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The HTTP API over a lineage's newest calibration run (see docs/api.md)."""
     import uvicorn
 
-    from checkworthy.runs.adapt import adapted_champion, champion_model, champion_params
     from checkworthy.serve.app import Limits, create_app
-    from checkworthy.serve.served import NotReady, Selection
-    from checkworthy.store import model_registry as registry
+    from checkworthy.serve.served import NotReady
+    from checkworthy.store.engine import get_engine
     from checkworthy.store.served_runs import calibrated_lineages
 
     problem = _port_problem(args.host, args.port)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    params = load_params(params_path)
-    rec = {} if args.any_model or args.run else dict(params.get("predict") or {})
-    eng = engine()
+        raise UsageError(problem)
+    params = load_params(args.params)
+    eng = get_engine()
     with eng.connect() as conn:
         known = calibrated_lineages(conn)
-        champion = registry.champion(conn, args.lineage)
-    if adapted_champion(champion) and rec and not args.model and not args.score_kind:  # the lineage's own
-        params = champion_params(params, champion)
-        rec["model"], rec["score_kind"] = champion_model(params, champion)
-    fields = {"model": args.model or rec.get("model"), "score_kind": args.score_kind or rec.get("score_kind"),
-              "k": args.k or rec.get("k"), "correction": args.correction, "interval": args.interval}
-    if args.lineage not in known and not args.wait:
-        print(f"error: --lineage {args.lineage!r}: no calibrated lineage of that name "
-              f"(calibrated: {', '.join(known) or 'none'})", file=sys.stderr)
-        return 2
-    app = create_app(eng, Selection(args.lineage, fields, args.run), params,
-                     Limits(max_chars=args.max_chars, max_batch=args.max_batch))
+        lineage = args.lineage or _default_lineage(conn, args, params, known)
+        params, selection = _selection(conn, args, params, lineage)
+    if lineage not in known and not args.wait:
+        raise UsageError(f"--lineage {lineage!r}: no calibrated lineage of that name "
+                         f"(calibrated: {', '.join(known) or 'none'})")
+    app = create_app(eng, selection, params, Limits(max_chars=args.max_chars, max_batch=args.max_batch))
     try:
         p = app.state.current.get().provenance
         print(f"serving run {p['run_id']} of {p['lineage']} ({p['model']} {p['score_kind']}, k={p['k']}, "
@@ -123,11 +133,50 @@ def run_serve(args: argparse.Namespace, engine: Callable[[], Engine], params_pat
               flush=True)
     except NotReady as exc:
         if not args.wait:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
         print(f"waiting: {exc}; listening on http://{args.host}:{args.port}", flush=True)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
+
+
+def _selection(conn: Connection, args: argparse.Namespace, params: Mapping[str, Any], lineage: str
+               ) -> tuple[Mapping[str, Any], Selection]:
+    """The runs of ``lineage`` the server may serve, and the params to load their models with: the
+    options given, else the lineage's adapted champion, else params.yaml ``predict:`` (none of
+    these with ``--any-model`` or ``--run``)."""
+    from checkworthy.runs.adapt import adapted_champion, champion_model, champion_params
+    from checkworthy.serve.served import Selection
+    from checkworthy.store import model_registry as registry
+
+    rec = {} if args.any_model or args.run else dict(params.get("predict") or {})
+    champion = registry.champion(conn, lineage)
+    if adapted_champion(champion) and rec and not args.model and not args.score_kind:  # the lineage's own
+        params = champion_params(params, champion)
+        rec["model"], rec["score_kind"] = champion_model(params, champion)
+    fields = {"model": args.model or rec.get("model"), "score_kind": args.score_kind or rec.get("score_kind"),
+              "k": args.k or rec.get("k"), "correction": args.correction, "interval": args.interval}
+    return params, Selection(lineage, fields, args.run)
+
+
+def _default_lineage(conn: Connection, args: argparse.Namespace, params: Mapping[str, Any],
+                     known: list[str]) -> str:
+    """Without ``--lineage``: the only lineage with a run the options select, else the one whose
+    such run is newest; said in one line. Refused when none has one (``--wait`` needs a name)."""
+    from checkworthy.store.served_runs import newest_run
+
+    servable = {}
+    for name in known:
+        selection = _selection(conn, args, params, name)[1]
+        run_id = newest_run(conn, name, selection.fields, selection.run_id)
+        if run_id is not None:
+            servable[name] = run_id
+    if not servable:
+        raise UsageError(f"no lineage has a complete run to serve (calibrated: {', '.join(known) or 'none'})"
+                         ": run `checkworthy predict` or the main job first, or name one with --lineage")
+    lineage = max(servable, key=servable.__getitem__)
+    print(f"lineage {lineage}: the only lineage with a run to serve" if len(servable) == 1 else
+          f"lineage {lineage}: its run {servable[lineage]} is the newest of the {len(servable)} lineages "
+          "with a run to serve (--lineage chooses another)", flush=True)
+    return lineage

@@ -1,18 +1,23 @@
-"""Plain-text tables for the terminal: the headline figures of runs beside the paper's, and the
-tables of one method comparison."""
+"""Plain text for the terminal: the headline figures of runs beside the paper's, the tables of
+one method comparison, and what ``calibrate`` and ``predict`` print about their run."""
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
 
+from checkworthy.method.drift import another_kind
+from checkworthy.method.selective import RISK_WORDS
 from checkworthy.report import paper_figures
+from checkworthy.report.drift import drift_line
 from checkworthy.report.formatting import METHODS, fmt
 from checkworthy.runs.analyses import load_runs, temperature_label
 from checkworthy.runs.comparisons import DECISION_FAMILIES, INTERVAL_FAMILIES, method_keys, targets_met
+from checkworthy.runs.own_scores import CalibrateOutcome
 from checkworthy.store.analyses import score_params
 from checkworthy.store.metrics import load_metrics
 
@@ -98,3 +103,66 @@ def comparison_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str
         lines.append(f"{f:<12} {m:<21} {'—' if k is None else k:>3} "
                      + " ".join(f"{_cell(v):>6}" for v in vals))
     return "\n".join(lines)
+
+
+def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labeled: str, unlabeled: str) -> None:
+    """What calibrate and predict print: the run, the batch's share of check-worthy claims, notes,
+    and the metrics when U has labels (positive-class F1, the shared task's metric, first)."""
+    print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, {method}) -> {out}")
+    if outcome.auto_choice:
+        figures = ", ".join(f"{name} {f:.3f}" for name, f in outcome.auto_choice["cv_f1_positive"].items())
+        print(f"auto chose {outcome.auto_choice['chosen']} (cross-validated positive-class F1 on the "
+              f"labelled file: {figures})")
+    line = drift_line(outcome.drift)
+    if line:
+        print(line)
+    p = outcome.prevalence
+    if p and p.get("not_estimable") == "drift":
+        print(f"share check-worthy in this batch: not estimable: {outcome.drift['share']:.0%} of the batch "
+              "lies beyond the labelled set (drift), so its claims of each class need not look like the "
+              "labelled ones")
+    elif p and p.get("estimate") is not None:
+        interval = (f"{p['level']:.0%} interval {p['low']:.3f}-{p['high']:.3f}, label-shift PPI"
+                    if p.get("low") is not None
+                    else "no interval: one decision throughout the batch or a class of L")
+        print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
+              f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
+    if outcome.review:
+        print(review_line(outcome))
+    if outcome.prior and "batch" in outcome.prior:
+        print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
+    if outcome.in_labeled:
+        print(f"note: {len(outcome.in_labeled)} claims of {unlabeled} have the text of a claim of "
+              f"{labeled} (first: row {outcome.in_labeled[0]}); the nearest neighbour of each is its "
+              "labelled copy, at distance 0, so its decision leans on that label", file=sys.stderr)
+    if outcome.metrics:
+        print(f"{'method':<10} {'F1 c1':>7} {'weighted F1':>12} {'F1 c0':>7} {'accuracy':>9} {'ROC AUC':>8}")
+        for name, m in outcome.metrics.items():
+            print(f"{name:<10} {m['f1_1']:>7.3f} {m['weighted_f1']:>12.3f} {m['f1_0']:>7.3f} "
+                  f"{m['accuracy']:>9.3f} {m.get('roc_auc', float('nan')):>8.3f}")
+        cov = outcome.metrics["nnppi"]
+        print(f"interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
+              f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}; true share check-worthy "
+              f"{cov['share_positive']:.3f}")
+
+
+def review_line(outcome: CalibrateOutcome) -> str:
+    """How many claims go to a person and why, and the Learn-then-Test promise with the claims it
+    is made for: in a batch that drifted from the labelled file, only those within the labelled
+    set's radius, and none when the batch is of another kind."""
+    r, d = outcome.review or {}, outcome.drift or {}
+    margin = "none decided automatically" if r["margin"] is None else f"margin {r['margin']:.2f}"
+    promise = (f"share of {RISK_WORDS[r['risk']]} <= {r['max_risk']:g} with probability >= "
+               f"{1 - r['delta']:.0%}")
+    head = f"review: {outcome.n_review} of {outcome.n_rows} claims to a person"
+    within = d.get("n", 0) - d.get("n_beyond", 0)
+    if not d.get("alert"):
+        return f"{head} ({margin}; {promise} over the labelled file, Learn-then-Test)"
+    if another_kind(d):
+        return (f"{head} ({outcome.n_drift} for drift: {d['n_beyond']} far from every labelled claim, "
+                f"{within} within the labelled set's radius); no Learn-then-Test promise for this batch, "
+                f"of another kind than the labelled file (the rule chosen on it, {promise}, holds for "
+                "claims like its own)")
+    return (f"{head} ({outcome.n_drift} for drift, far from every labelled claim; the rest by {margin}); "
+            f"{promise} over the labelled file, Learn-then-Test: promised only for the {within} claims "
+            f"within the labelled set's radius ({within / d['n']:.0%} of the batch)")

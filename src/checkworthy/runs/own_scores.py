@@ -147,14 +147,16 @@ def calibrate_files(
     engine: Engine, labeled: Path, unlabeled: Path, k: int, out: Path,
     alpha: float = 0.05, threshold: float = 0.5, model: str = "file:imported",
     interval: str = "z", correction: str = "paper", review: Review = DEFAULT_REVIEW, knn: KnnPath = EXACT,
+    lineage: str | None = None,
 ) -> CalibrateOutcome:
     """Validate both files, store them, calibrate U against L in SQL and write ``out``.
 
     ``interval``/``correction`` name the methods (:mod:`checkworthy.method.intervals`,
     :mod:`checkworthy.method.corrections`, or ``"cv"``); the defaults are the paper's NN-PPI.
+    ``lineage`` names L's lineage (default: :func:`labelled_lineage`).
     """
     lab, unl = read_scored_files(labeled, unlabeled, k)
-    files = store_files(engine, labeled, lab, unlabeled, unl)
+    files = store_files(engine, labeled, lab, unlabeled, unl, lineage)
     with engine.begin() as conn:
         model_id = store.ensure_model(conn, model, "file")
         store.insert_predictions(
@@ -197,29 +199,33 @@ def labelled_lineage(labeled: Path) -> str:
     return f"{upload_dataset(labeled)}:labeled"
 
 
-def store_labelled(conn: Connection, labeled: Path, lab: list[Row]) -> int:
-    """Store a labelled file's claims and labels and freeze them as its lineage's label set;
-    return the label set's id."""
+def store_labelled(conn: Connection, labeled: Path, lab: list[Row], lineage: str | None = None) -> int:
+    """Store a labelled file's claims and labels and freeze them as a label set of ``lineage``
+    (default: the file's own, :func:`labelled_lineage`); return the label set's id."""
     dataset = upload_dataset(labeled)  # the file's hash: once, not once a row
     l_ids = store.store_claims_with_labels(
         conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labeled}")
-    return store.create_label_set(conn, labelled_lineage(labeled), l_ids)
+    return store.create_label_set(conn, lineage or labelled_lineage(labeled), l_ids)
 
 
 def store_files(
     engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row],
+    lineage: str | None = None,
 ) -> StoredFiles:
     """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
-    embed their texts and freeze L as a label set, in one transaction."""
+    embed their texts and freeze L as a label set of ``lineage`` (default: L's own), in one
+    transaction. A named lineage's target names it too: a run is keyed by its labels' content, not
+    their lineage, so the run of the same files under another lineage is not reused for it."""
     params = {"labeled_sha256": sha256_file(labeled), "unlabeled_sha256": sha256_file(unlabeled)}
     ds_u = upload_dataset(unlabeled)
     with engine.begin() as conn:
-        ls = store_labelled(conn, labeled, lab)
+        ls = store_labelled(conn, labeled, lab, lineage)
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
             f"file:{unlabeled}")
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
-    return StoredFiles(lab, unl, params, u_ids, ls, f"{ds_u}:unlabeled")
+    target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
+    return StoredFiles(lab, unl, params, u_ids, ls, target)
 
 
 def calibrate_stored(

@@ -75,11 +75,12 @@ def check_score_kind(rec: Recommended, scorer: Scorer) -> None:
 
 def predict_files(
     engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row], out: Path,
-    rec: Recommended, scorer: Scorer, prompt: PromptInfo,
+    rec: Recommended, scorer: Scorer, prompt: PromptInfo, lineage: str | None = None,
 ) -> CalibrateOutcome:
     """Store L and U (rows from :func:`read_files`), score their texts with ``scorer`` (checked
-    by :func:`check_score_kind`), calibrate U against L, write ``out``."""
-    files = store_files(engine, labeled, lab, unlabeled, unl)
+    by :func:`check_score_kind`), calibrate U against L (of ``lineage``, default L's own), write
+    ``out``."""
+    files = store_files(engine, labeled, lab, unlabeled, unl, lineage)
     hashes = [store.sha256_text(r.text) for r in lab + unl]
     _, _, keys = score_missing(engine, scorer, hashes, *prompt)
     return calibrate_stored(engine, files, keys[rec.score_kind], rec.k, out, rec.alpha, rec.threshold,

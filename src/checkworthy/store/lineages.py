@@ -126,6 +126,18 @@ def version_log(conn: Connection, name: str) -> list[Mapping[str, Any]]:
     ).mappings())
 
 
+def lineage_datasets(conn: Connection, name: str) -> list[str]:
+    """The datasets of the claims in a lineage's label sets, every version's (none for a name
+    not in use): a user's file's lineage holds its file's dataset only."""
+    return list(conn.execute(
+        text(
+            """SELECT DISTINCT c.dataset FROM label_sets ls JOIN label_set_items i ON i.label_set_id = ls.id
+               JOIN claims c ON c.id = i.claim_id WHERE ls.name = :n ORDER BY c.dataset"""
+        ),
+        {"n": name},
+    ).scalars())
+
+
 def lineages_for_dataset(conn: Connection, dataset: str, names: Sequence[str] | None = None) -> list[str]:
     """The lineages whose calibration set is of ``dataset``: those of ``names`` if given (a
     scheduled run that names its lineages), else the first by name."""
