@@ -105,7 +105,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     """``checkworthy train-classifier``: train, save, print the test F1."""
-    data = TrainingData([g.strip() for g in args.exclude.split(",") if g.strip()], args.seed)
+    data = TrainingData(exclude=[g.strip() for g in args.exclude.split(",") if g.strip()], seed=args.seed)
     root = Path(args.root) if args.root else ARTEFACT_ROOT
     if args.method in ("lora", "setfit"):
         from checkworthy.runs.train_lora import FineTuning, train_lora, version_with_dvc  # start-up: torch
