@@ -101,6 +101,7 @@ class FineTuning:
 
     @property
     def model_base(self) -> Base:
+        """The base model named by :attr:`base`."""
         return BASES[self.base]
 
 
