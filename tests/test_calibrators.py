@@ -152,7 +152,7 @@ def test_marginal_sets_cover(calibrator):
     for t in range(100):
         c_l, y_l = biased_world(rng, 400)
         c, y = biased_world(rng, 400)
-        _, s = prediction_sets(c_l, y_l, c, y=y, class_cond=False, calibrator=calibrator, seed=t)
+        _, s = prediction_sets(c_l, y_l, c, y=y, conformal=ConformalSets(calibrator, class_cond=False, seed=t))
         cov.append((s.coverage, s.mean_set_size))
     cov = np.array(cov)
     assert cov[:, 0].mean() >= 1 - ALPHA - 0.01  # 100 trials: SE of the mean ~ 0.0015
@@ -168,7 +168,7 @@ def test_class_conditional_sets_cover_each_class_under_label_shift():
         c_p, y_p = biased_world(rng, 4000, prevalence_shift=-1.0)
         sel = np.concatenate([rng.choice(np.flatnonzero(y_p == v), 200, replace=False) for v in (0, 1)])
         c, y = biased_world(rng, 400, prevalence_shift=-1.0)
-        _, s = prediction_sets(c_p[sel], y_p[sel], c, y=y, class_cond=True)
+        _, s = prediction_sets(c_p[sel], y_p[sel], c, y=y, conformal=ConformalSets(class_cond=True))
         cov.append((s.coverage, s.coverage_0, s.coverage_1))
     cov = np.array(cov)
     assert cov[:, 1].mean() >= 1 - ALPHA - 0.015

@@ -43,8 +43,8 @@ def tiny(groups, tmp_path_factory):
         "clef2024:dev-test": rng.sample(groups["clef2024:dev-test"], 90),
     }
     root = tmp_path_factory.mktemp("classifiers")
-    art = training.train("tiny", groups=small, exclude=training.TEST_SPLITS,
-                         sources=["claimbuster:other"], root=root, cache=CACHE)
+    data = training.TrainingData(training.TEST_SPLITS, groups=small, sources=["claimbuster:other"])
+    art = training.train("tiny", data, root=root, cache=CACHE)
     return art, root, small
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from checkworthy.method.metrics import roc_auc
 from checkworthy.runs import train_classifier as training
-from checkworthy.runs.train_lora import train_lora
-from checkworthy.runs.train_setfit import train_setfit
+from checkworthy.runs.train_lora import FineTuning, train_lora
+from checkworthy.runs.train_setfit import SetFitSpec, train_setfit
 from checkworthy.scorers import classifier
 from checkworthy.scorers.lora_classifier import LoraClassifierScorer, load_lora
 from checkworthy.scorers.registry import make_scorer
@@ -29,8 +29,8 @@ def tiny(tmp_path_factory):
              + rng.sample([c for c in other if not c.label], 140),
              "claimbuster:2016": rng.sample(groups["claimbuster:2016"], 100)}
     root = tmp_path_factory.mktemp("lora")
-    art = train_lora("tiny", epochs=1, groups=small, exclude=["claimbuster:2016"],
-                     sources=["claimbuster:other"], root=root)
+    data = training.TrainingData(["claimbuster:2016"], groups=small, sources=["claimbuster:other"])
+    art = train_lora("tiny", FineTuning.for_base(epochs=1), data, root=root)
     return art, root, small
 
 
@@ -82,8 +82,8 @@ def test_the_versioned_model_separates_held_out_claims(name):
 def test_setfit_saves_an_adapter_that_scores_like_the_trained_model(tiny, tmp_path):
     """SetFit (contrastive pairs, then a logistic head) on 40 texts a class, through the LoRA scorer."""
     _, _, small = tiny
-    art = train_setfit("sf", examples=40, steps=6, groups=small, exclude=["claimbuster:2016"],
-                       sources=["claimbuster:other"], root=tmp_path)
+    data = training.TrainingData(["claimbuster:2016"], groups=small, sources=["claimbuster:other"])
+    art = train_setfit("sf", SetFitSpec(examples=40, steps=6), data, root=tmp_path)
     m = art.manifest
     assert m["model_type"] == classifier.SETFIT and art.normalise
     assert m["training_data"]["n_texts"] == 80 and m["training_data"]["n_positive"] == 40
@@ -101,8 +101,8 @@ def test_gemma_base_trains_an_adapter_read_at_the_last_token(tiny, tmp_path):
     """Gemma 3 270M under the adapter, on a balanced 12 texts a class: a small artefact whose base is
     named without a path, scored through the registry like the trained model."""
     _, _, small = tiny
-    art = train_lora("tg", base="gemma3-270m", examples=12, groups=small, exclude=["claimbuster:2016"],
-                     sources=["claimbuster:other"], root=tmp_path)
+    data = training.TrainingData(["claimbuster:2016"], groups=small, sources=["claimbuster:other"])
+    art = train_lora("tg", FineTuning.for_base("gemma3-270m"), data, examples=12, root=tmp_path)
     m = art.manifest
     assert m["model_type"] == classifier.GEMMA_LORA and m["base_model"]["pooling"] == "last"
     assert m["training_data"]["n_trained_on"] == 24 and m["hyperparameters"]["rank"] == 8

@@ -53,7 +53,14 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_adapt(args: argparse.Namespace) -> int:
     """``checkworthy adapt``: check, train cross-fitted, compare with the champion, register."""
-    from checkworthy.runs.adapt import AdaptSettings, adapt, distinct_labels, labels_problem, lineage_labels
+    from checkworthy.runs.adapt import (
+        AdaptSettings,
+        DvcVersioning,
+        adapt,
+        distinct_labels,
+        labels_problem,
+        lineage_labels,
+    )
     from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
     from checkworthy.store.engine import get_engine
 
@@ -96,8 +103,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     command = " ".join(["checkworthy", *sys.argv[1:]])
     print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
           f"{s.folds} folds + 1, {s.epochs} epochs each, from {s.start}")
-    out = adapt(eng, lab, params, s, int(params.get("seed", 0)), repo=None if args.no_dvc else ROOT,
-                command=command, echo=print)
+    out = adapt(eng, lab, params, s, int(params.get("seed", 0)),
+                dvc=None if args.no_dvc else DvcVersioning(ROOT, command), echo=print)
     print(f"model version {out.version_id}: {out.spec}")
     print(out.reason)
     print(f"champion of {lab.lineage}: {out.spec if out.promoted else out.champion}"

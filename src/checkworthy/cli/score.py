@@ -22,8 +22,8 @@ import yaml
 from checkworthy.cli.checks import output_file, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.errors import UsageError
-from checkworthy.runs.score_file import read_input, score_csv
-from checkworthy.runs.train_classifier import ARTEFACT_ROOT, DEFAULT_EXCLUDE, train
+from checkworthy.runs.score_file import ScoreOptions, read_input, score_csv
+from checkworthy.runs.train_classifier import ARTEFACT_ROOT, DEFAULT_EXCLUDE, TrainingData, train
 from checkworthy.scorers.lora_classifier import BASES
 from checkworthy.scorers.registry import configured_scorer
 
@@ -86,8 +86,8 @@ def run_score(args: argparse.Namespace) -> int:
         raise ValueError(f"--params: no such file {args.params}")
     params = load_params(Path(args.params)) if args.params else {}
     scorer, prompt = configured_scorer(params, args.model, **overrides)
-    summary = score_csv(get_engine(), scorer, prompt, rows, Path(args.out), kind=args.kind,
-                        chunk_size=args.chunk_size)
+    summary = score_csv(get_engine(), scorer, prompt, rows, Path(args.out),
+                        ScoreOptions(kind=args.kind, chunk_size=args.chunk_size))
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))
     print(f"{summary.n_rows} rows ({summary.n_texts} distinct texts): {summary.n_new} scored now, "
           f"{summary.n_reused} reused from the store, in {summary.seconds:.1f} s -> {args.out}")
@@ -136,26 +136,25 @@ def cmd_train_classifier(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train, save, print the test F1."""
-    exclude = [g.strip() for g in args.exclude.split(",") if g.strip()]
+    data = TrainingData(exclude=[g.strip() for g in args.exclude.split(",") if g.strip()], seed=args.seed)
     root = Path(args.root) if args.root else ARTEFACT_ROOT
     if args.method in ("lora", "setfit"):
-        from checkworthy.runs.train_lora import train_lora, version_with_dvc  # start-up: torch, peft
+        from checkworthy.runs.train_lora import FineTuning, train_lora, version_with_dvc  # start-up: torch
 
         if args.method == "lora":
-            art = train_lora(args.name, base=args.base, examples=args.examples, epochs=args.epochs,
-                             rank=args.rank, exclude=exclude, seed=args.seed, root=root, device=args.device,
-                             echo=print)
+            spec = FineTuning.for_base(args.base, epochs=args.epochs, rank=args.rank, device=args.device)
+            art = train_lora(args.name, spec, data, examples=args.examples, root=root, echo=print)
         else:
-            from checkworthy.runs.train_setfit import train_setfit  # start-up: setfit, datasets
+            from checkworthy.runs.train_setfit import SetFitSpec, train_setfit  # start-up: setfit, datasets
 
-            art = train_setfit(args.name, examples=args.examples or 500, steps=args.steps,
-                               rank=args.rank or 16, exclude=exclude, seed=args.seed, root=root, echo=print)
+            setfit = SetFitSpec(examples=args.examples or 500, steps=args.steps, rank=args.rank or 16)
+            art = train_setfit(args.name, setfit, data, root=root, echo=print)
         print(f"classifier:{art.name}@{art.version} ({art.manifest['training_seconds']:.0f} s of training)")
         if not args.no_dvc:
             command = " ".join(["checkworthy", *sys.argv[1:]])
             print(f"versioned: {version_with_dvc(root / art.name, command)}")
     else:
-        art = train(args.name, exclude=exclude, seed=args.seed, c=args.c, root=root, echo=print)
+        art = train(args.name, data, c=args.c, root=root, echo=print)
         print(f"classifier:{art.name}@{art.version} (C={art.manifest['hyperparameters']['C']})")
     print(f"{'test split':<20} {'n':>5} {'ROC AUC':>8} {'F1 c1':>7} {'weighted F1':>12} {'paper_c F1':>11}")
     for split, m in art.manifest["metrics"].items():

@@ -413,8 +413,8 @@ def adapt_task(lineage: str, params: dict[str, Any], repo: str | None, db_url: s
     if lab is None:
         say(f"{lineage}: not adapted ({why})")
         return {"lineage": lineage, "adapted": False, "why": why}
-    out = adapt.adapt(eng, lab, params, s, int(params.get("seed", 0)), repo=Path(repo) if repo else None,
-                      command=f"checkworthy adapt --lineage {lineage} (adapt flow)", echo=say)
+    out = adapt.adapt(eng, lab, params, s, int(params.get("seed", 0)), echo=say, dvc=adapt.DvcVersioning(
+        Path(repo), f"checkworthy adapt --lineage {lineage} (adapt flow)") if repo else None)
     say(f"{lineage}: version {out.version_id} {out.spec}: {out.reason}")
     return {"lineage": lineage, "adapted": True, "why": why, "version_id": out.version_id, "spec": out.spec,
             "promoted": out.promoted, "figures": out.figures}

@@ -344,16 +344,15 @@ def prediction_sets(
     c: ArrayLike,
     *,
     alpha: float = 0.05,
-    calibrator: ScoreCalibrator | str | None = None,
-    class_cond: bool = True,
+    conformal: ConformalSets | None = None,
     y: ArrayLike | None = None,
-    seed: int = 0,
 ) -> tuple[NDArray[np.bool_], IntervalSummary | None]:
-    """Conformal sets for claims with scores ``c``, fitted on L; with their summary if ``y`` given.
+    """Conformal sets for claims with scores ``c``, ``conformal`` (unfitted; None: the identity's
+    Mondrian sets) fitted here on L; with their summary if ``y`` given.
 
     The summary (:class:`checkworthy.method.intervals.IntervalSummary`) holds coverage overall and per
     class, mean set size and singleton/empty rates, comparable with the intervals' summaries.
     """
-    cs = ConformalSets(calibrator, class_cond=class_cond, seed=seed).fit(c_L, y_L)
+    cs = (conformal or ConformalSets()).fit(c_L, y_L)
     sets = cs.predict_set(c, alpha)
     return sets, (None if y is None else summarise_sets(sets, y))

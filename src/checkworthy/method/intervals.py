@@ -159,10 +159,22 @@ def conformal_quantile(scores: ArrayLike, alpha: float) -> float:
 def _scale(nb: Neighbourhood, scale: str, beta: float, ref: float | None) -> FloatArray:
     if scale == "residual-sd":
         return _residual_sd(nb) * np.sqrt(1 + 1 / nb.k) + beta
-    if scale == "distance":
-        d = nb.distances().mean(axis=1)
-        return np.exp(beta * (d / ref - 1))
-    raise ValueError(f"unknown scale {scale!r}: use 'residual-sd' or 'distance'")
+    d = nb.distances().mean(axis=1)  # "distance": ConformalScore admits no other scale
+    return np.exp(beta * (d / ref - 1))
+
+
+@dataclass(frozen=True)
+class ConformalScore:
+    """The non-conformity score: marginal or class-conditional (``mondrian``), and its normalisation
+    ``s`` (``scale``: None, ``residual-sd`` or ``distance``, with ``beta``). Checked when made."""
+
+    mondrian: bool = False
+    scale: str | None = None
+    beta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.scale not in (None, "residual-sd", "distance"):
+            raise ValueError(f"unknown scale {self.scale!r}: use 'residual-sd' or 'distance'")
 
 
 def _conformal(
@@ -171,12 +183,9 @@ def _conformal(
     y_calib: NDArray[np.int_],
     alpha: float,
     correction: Correction,
-    *,
-    mondrian: bool,
-    scale: str | None,
-    beta: float,
+    score: ConformalScore,
 ) -> Interval:
-    """Core: scores on ``calib`` (claims with labels ``y_calib``), interval for ``query``.
+    """Core: scores (``score``) on ``calib`` (claims with labels ``y_calib``), interval for ``query``.
 
     The centre is the correction as given, not clipped: clipping would tie every score of a
     theta beyond [0, 1] at the same value, and ties at the quantile make the sets needlessly
@@ -187,6 +196,7 @@ def _conformal(
     contains label y when y's score is within y's quantile: the Mondrian label set. Both are
     then made to agree with the scores exactly (:func:`_agree`).
     """
+    mondrian, scale, beta = score.mondrian, score.scale, score.beta
     tq = _theta(query, correction)
     tc = _theta(calib, correction)
     if scale is None:
@@ -241,7 +251,7 @@ def interval_conformal(
     shortfall described in the module docstring. Every claim gets the same half-width.
     """
     calib = Neighbourhood.loo(nb.cal, nb.k)
-    return _conformal(nb, calib, nb.cal.y, alpha, correction, mondrian=False, scale=None, beta=0.0)
+    return _conformal(nb, calib, nb.cal.y, alpha, correction, ConformalScore())
 
 
 def interval_conformal_local(
@@ -264,7 +274,7 @@ def interval_conformal_local(
     carry other information. Needs k >= 2 for ``residual-sd``.
     """
     calib = Neighbourhood.loo(nb.cal, nb.k)
-    return _conformal(nb, calib, nb.cal.y, alpha, correction, mondrian=False, scale=scale, beta=beta)
+    return _conformal(nb, calib, nb.cal.y, alpha, correction, ConformalScore(scale=scale, beta=beta))
 
 
 def interval_conformal_mondrian(
@@ -280,7 +290,7 @@ def interval_conformal_mondrian(
     model gives {0, 1} to many claims; that is the price of per-class validity.
     """
     calib = Neighbourhood.loo(nb.cal, nb.k)
-    return _conformal(nb, calib, nb.cal.y, alpha, correction, mondrian=True, scale=None, beta=0.0)
+    return _conformal(nb, calib, nb.cal.y, alpha, correction, ConformalScore(mondrian=True))
 
 
 def interval_conformal_mondrian_local(
@@ -297,7 +307,8 @@ def interval_conformal_mondrian_local(
     :func:`interval_conformal_mondrian`.
     """
     calib = Neighbourhood.loo(nb.cal, nb.k)
-    return _conformal(nb, calib, nb.cal.y, alpha, correction, mondrian=True, scale=scale, beta=beta)
+    return _conformal(nb, calib, nb.cal.y, alpha, correction,
+                      ConformalScore(mondrian=True, scale=scale, beta=beta))
 
 
 def _split_reference(nb: Neighbourhood, ref_fraction: float, seed: int):
@@ -359,7 +370,7 @@ def interval_conformal_split(
     about ``4k / ref_fraction`` columns suffice in practice).
     """
     query, calib, y_calib = _split_reference(nb, ref_fraction, seed)
-    return _conformal(query, calib, y_calib, alpha, correction, mondrian=mondrian, scale=None, beta=0.0)
+    return _conformal(query, calib, y_calib, alpha, correction, ConformalScore(mondrian=mondrian))
 
 
 def interval_conformal_mondrian_split(

@@ -13,6 +13,7 @@ the labels cannot tell is better.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -66,16 +67,34 @@ def paired_bootstrap(y: ArrayLike, challenger: ArrayLike, champion: ArrayLike, *
             "level": level, "n_boot": n_boot, "n": len(labels)}
 
 
-def compare(y: ArrayLike, challenger: ArrayLike, champion: ArrayLike, fold: ArrayLike, *,
-            threshold: float = 0.5, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0
-            ) -> dict[str, float | bool]:
-    """The figures a promotion is decided on: each model's cross-validated positive-class F1 and
-    raw ROC AUC on L, the paired bootstrap interval of the F1 difference, and ``promote`` (the
-    interval's lower end above 0)."""
-    dec_a = cross_fitted_decisions(challenger, y, fold, threshold)
-    dec_b = cross_fitted_decisions(champion, y, fold, threshold)
-    out: dict[str, float | bool] = dict(paired_bootstrap(y, dec_a, dec_b, n_boot=n_boot, level=level,
-                                                         seed=seed))
+@dataclass(frozen=True)
+class PromotionRule:
+    """How a promotion is decided: the decision threshold on the Platt-scaled scores, and the paired
+    bootstrap's resamples, interval level and seed. Checked when made."""
+
+    threshold: float = 0.5
+    n_boot: int = N_BOOT
+    level: float = LEVEL
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"threshold must lie between 0 and 1, got {self.threshold}")
+        if self.n_boot < 1:
+            raise ValueError(f"n_boot must be at least 1, got {self.n_boot}")
+        if not 0 < self.level < 1:
+            raise ValueError(f"level must lie between 0 and 1, got {self.level}")
+
+
+def compare(y: ArrayLike, challenger: ArrayLike, champion: ArrayLike, fold: ArrayLike,
+            rule: PromotionRule = PromotionRule()) -> dict[str, float | bool]:
+    """The figures a promotion is decided on (by ``rule``): each model's cross-validated
+    positive-class F1 and raw ROC AUC on L, the paired bootstrap interval of the F1 difference, and
+    ``promote`` (the interval's lower end above 0)."""
+    dec_a = cross_fitted_decisions(challenger, y, fold, rule.threshold)
+    dec_b = cross_fitted_decisions(champion, y, fold, rule.threshold)
+    out: dict[str, float | bool] = dict(paired_bootstrap(y, dec_a, dec_b, n_boot=rule.n_boot,
+                                                         level=rule.level, seed=rule.seed))
     out["roc_auc_challenger"] = roc_auc(y, challenger)
     out["roc_auc_champion"] = roc_auc(y, champion)
     out["promote"] = bool(out["low"] > 0)

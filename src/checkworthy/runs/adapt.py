@@ -39,7 +39,14 @@ from checkworthy.runs.predict import Recommended
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.runs.train_classifier import fingerprint
-from checkworthy.runs.train_lora import DEFAULTS, fine_tune, save_artefact, version_with_dvc, write_adapter
+from checkworthy.runs.train_lora import (
+    DEFAULTS,
+    FineTuning,
+    fine_tune,
+    save_artefact,
+    version_with_dvc,
+    write_adapter,
+)
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, CROSSFIT, LORA
 from checkworthy.scorers.crossfit import FULL, member_name, text_key
 from checkworthy.scorers.lora_classifier import MINILM, sha256_bytes, verified_folder
@@ -86,6 +93,25 @@ class AdaptSettings:
     def artefact_root(self) -> Path:
         path = Path(self.root)
         return path if path.is_absolute() else ROOT / path
+
+    @property
+    def fine_tuning(self) -> FineTuning:
+        """How each fold's adapter is fine-tuned: MiniLM at rank 16, on the CPU."""
+        return FineTuning(base="minilm", epochs=self.epochs, rank=16, lr=self.lr, head_lr=self.head_lr,
+                          batch_size=self.batch_size, val_share=self.val_share)
+
+    def promotion_rule(self, seed: int) -> promotion.PromotionRule:
+        """The bootstrap a promotion is decided by, with ``seed``."""
+        return promotion.PromotionRule(n_boot=self.n_boot, level=self.level, seed=seed)
+
+
+@dataclass(frozen=True)
+class DvcVersioning:
+    """Where an adapted model is versioned with DVC (``repo``: the project whose remote it is
+    pushed to) and the command noted as having made it."""
+
+    repo: Path
+    command: str
 
 
 @dataclass(frozen=True)
@@ -195,10 +221,8 @@ def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[s
     hyper: dict[str, Any] = {}
     for member, idx in fits:
         echo(f"{member}: {len(idx)} texts ({int(y[idx].sum())} check-worthy)")
-        encoder, head, hyper[member] = fine_tune(
-            [lab.texts[i] for i in idx], y[idx].tolist(), epochs=s.epochs, rank=16, lr=s.lr,
-            head_lr=s.head_lr, batch_size=s.batch_size, val_share=s.val_share, seed=seed, echo=echo,
-            base=MINILM, init=start)
+        encoder, head, hyper[member] = fine_tune([lab.texts[i] for i in idx], y[idx].tolist(), s.fine_tuning,
+                                                 seed=seed, echo=echo, init=start)
         trained[member] = (encoder, head)
     folds_of = {text_key(lab.texts[i]): k for k, (_, test) in enumerate(folds, 1) for i in test}
 
@@ -264,16 +288,16 @@ def decision_reason(f: Mapping[str, Any]) -> str:
 
 
 def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSettings, seed: int, *,
-          repo: Path | None, command: str, echo: Callable[[str], None] = lambda _: None) -> AdaptOutcome:
-    """Train the lineage's cross-fitted model, version it with DVC in ``repo`` (None: not
+          dvc: DvcVersioning | None, echo: Callable[[str], None] = lambda _: None) -> AdaptOutcome:
+    """Train the lineage's cross-fitted model, version it with DVC as ``dvc`` says (None: not
     versioned), compare it with the champion on the lineage's labels, register it and decide."""
     folder, folds = train_crossfit(lab, s, seed, echo)
     spec = f"classifier:{folder.parent.name}@{folder.name}"
     artefact: dict[str, Any] = {"name": folder.parent.name, "version": folder.name, "root": s.root,
                                 "score_kind": SCORE_KIND}
-    if repo is not None:
-        dvc_file = version_with_dvc(folder.parent, command, repo)
-        artefact |= {"dvc_file": str(dvc_file.relative_to(repo)),
+    if dvc is not None:
+        dvc_file = version_with_dvc(folder.parent, dvc.command, dvc.repo)
+        artefact |= {"dvc_file": str(dvc_file.relative_to(dvc.repo)),
                      "dvc_md5": yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"]}
         echo(f"versioned: {dvc_file}")
     with engine.connect() as conn:
@@ -287,7 +311,7 @@ def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSett
     y = np.asarray(lab.labels)
     fold = promotion.fold_of(len(y), folds)
     figures: dict[str, Any] = promotion.compare(y[ok], challenger[ok], champion[ok], fold[ok],
-                                                n_boot=s.n_boot, level=s.level, seed=seed)
+                                                s.promotion_rule(seed))
     figures |= {"challenger": spec, "champion": champ_spec, "n_folds": len(folds),
                 "n_unscored": int((~ok).sum())}
     with engine.begin() as conn:

@@ -64,7 +64,7 @@ from sqlalchemy import Connection
 
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import metrics, nnppi
-from checkworthy.method.calibrators import adjust_prevalence, prediction_sets
+from checkworthy.method.calibrators import ConformalSets, adjust_prevalence, prediction_sets
 from checkworthy.method.corrections import (
     CORRECTIONS,
     Choice,
@@ -312,8 +312,8 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
     # conformal prediction sets (crepes)
     for name in o.sets:
         calibrator, class_cond = SET_METHODS[name]
-        _, s = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, calibrator=calibrator,
-                               class_cond=class_cond, y=y, seed=o.seed)
+        _, s = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, y=y,
+                               conformal=ConformalSets(calibrator, class_cond=class_cond, seed=o.seed))
         assert s is not None
         out.rows += [r for r in _interval_rows("sets", name, None, s)
                      if not r.metric.startswith("mean_width")]

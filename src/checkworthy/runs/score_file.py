@@ -80,18 +80,30 @@ def write_out(out: Path, rows: Sequence[tuple[str, str]], hashes: Sequence[str],
             writer.writerow(line)
 
 
+@dataclass(frozen=True)
+class ScoreOptions:
+    """The score kind written to the score column (None: the model's first) and the texts a stored
+    chunk holds. Checked when made."""
+
+    kind: str | None = None
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {self.chunk_size}")
+
+
 def score_csv(
     engine: Engine,
     scorer: Any,
     prompt: tuple[str, str, str],
     rows: Sequence[tuple[str, str]],
     out: Path,
-    kind: str | None = None,
-    chunk_size: int = 64,
+    options: ScoreOptions = ScoreOptions(),
     echo: Callable[[str], None] = print,
 ) -> ScoreSummary:
-    """Score ``rows`` (id, text) with ``scorer``, store the scores, write ``out``."""
-    primary = kind or scorer.score_kinds[0]
+    """Score ``rows`` (id, text) with ``scorer`` as ``options`` say, store the scores, write ``out``."""
+    primary = options.kind or scorer.score_kinds[0]
     if primary not in scorer.score_kinds:
         have = ", ".join(scorer.score_kinds)
         raise ValueError(f"{scorer.spec} has no score kind {primary!r} (it has {have})")
@@ -104,7 +116,7 @@ def score_csv(
         rate = done / max(time.monotonic() - t0, 1e-9)
         echo(f"  scored {done}/{total} texts with {scorer.spec} ({rate:.1f}/s)")
 
-    n_new, n_old, keys = score_missing(engine, scorer, hashes, *prompt, chunk_size=chunk_size,
+    n_new, n_old, keys = score_missing(engine, scorer, hashes, *prompt, chunk_size=options.chunk_size,
                                        progress=progress)
     with engine.connect() as conn:
         preds = store.stored_predictions(conn, keys, hashes)

@@ -149,19 +149,37 @@ def build_training_set(
                        n_rows_excluded, conflicting, merged)
 
 
+@dataclass(frozen=True)
+class TrainingData:
+    """Which labelled texts a trainer may learn from: every ``sources`` group (None: every file
+    split) minus the texts of the ``exclude`` groups, the calibration sets drawn with ``seed`` and
+    ``n_per_class`` (None: params.yaml's), from ``groups`` (None: :func:`load_groups`)."""
+
+    exclude: Sequence[str] = DEFAULT_EXCLUDE
+    seed: int | None = None
+    n_per_class: Mapping[str, int | None] | None = None
+    groups: Mapping[str, Sequence[Claim]] | None = None
+    sources: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        for field_name in ("exclude", "sources"):
+            value = getattr(self, field_name)
+            if isinstance(value, str):
+                raise ValueError(f"{field_name} must be a sequence of group names, not the string {value!r}")
+            if value is not None:
+                object.__setattr__(self, field_name, tuple(value))
+
+
 def leakage_free_set(
-    exclude: Sequence[str], seed: int | None, n_per_class: Mapping[str, int | None] | None,
-    groups: Mapping[str, Sequence[Claim]] | None, sources: Sequence[str] | None,
+    data: TrainingData,
 ) -> tuple[TrainingSet, Mapping[str, Sequence[Claim]], int, Mapping[str, int | None]]:
     """The training set every trainer starts from, with the groups, seed and calibration sizes it
     was drawn with (seed and sizes default to params.yaml, groups to :func:`load_groups`)."""
     params = load_params()
-    seed = params["seed"] if seed is None else seed
-    if n_per_class is None:
-        n_per_class = labelled_sizes(params)
-    if groups is None:
-        groups = load_groups(seed, n_per_class)
-    ts = build_training_set(groups, exclude, sources)
+    seed = params["seed"] if data.seed is None else data.seed
+    n_per_class = labelled_sizes(params) if data.n_per_class is None else data.n_per_class
+    groups = load_groups(seed, n_per_class) if data.groups is None else data.groups
+    ts = build_training_set(groups, data.exclude, data.sources)
     if len(set(ts.labels)) < 2:
         raise ValueError("training set needs both classes")
     return ts, groups, seed, n_per_class
@@ -290,21 +308,18 @@ def evaluate(predict: Callable[[list[str]], NDArray[np.float64]], manifest: Mapp
 
 def train(
     name: str,
+    data: TrainingData | None = None,
     *,
-    exclude: Sequence[str] = DEFAULT_EXCLUDE,
-    seed: int | None = None,
-    n_per_class: Mapping[str, int | None] | None = None,
     c: float | None = None,
-    groups: Mapping[str, Sequence[Claim]] | None = None,
-    sources: Sequence[str] | None = None,
     root: Path = ARTEFACT_ROOT,
     cache: Path | None = DEFAULT_CACHE,
     embedder: Embedder | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> Artefact:
-    """Train, save and evaluate a classifier; seed and calibration sizes default to params.yaml."""
+    """Train, save and evaluate a classifier on ``data`` (None: every file split but the default
+    exclusions); seed and calibration sizes default to params.yaml."""
     t0 = time.monotonic()
-    ts, groups, seed, n_per_class = leakage_free_set(exclude, seed, n_per_class, groups, sources)
+    ts, groups, seed, n_per_class = leakage_free_set(data or TrainingData())
     echo(f"training set: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy) from {ts.sources}; "
          f"{ts.n_rows_excluded:,} rows excluded, {ts.n_dropped_conflicting} conflicting texts dropped")
     x = embed_cached(ts.texts, cache, embedder)

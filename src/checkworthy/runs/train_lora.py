@@ -22,7 +22,8 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +31,14 @@ import numpy as np
 import yaml
 
 from checkworthy.config import ROOT
-from checkworthy.data.datasets import Claim
 from checkworthy.data.versioning import dvc_in, git_rev
 from checkworthy.method.sampling import balanced_sample
-from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, evaluate, leakage_free_set
+from checkworthy.runs.train_classifier import TrainingData, evaluate, leakage_free_set
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
 from checkworthy.scorers.lora_classifier import (
     ARTEFACT_FILES,
     BASES,
     MAX_TOKENS,
-    MINILM,
     Base,
     LoraArtefact,
     encode,
@@ -55,6 +54,66 @@ DEFAULTS = {
     "minilm": {"epochs": 2, "rank": 16, "lr": 5e-4, "head_lr": 5e-4, "batch_size": 32},
     "gemma3-270m": {"epochs": 1, "rank": 8, "lr": 3e-4, "head_lr": 1e-3, "batch_size": 16},
 }
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    """How an adapter and head are fine-tuned: the base (a key of :data:`BASES`), the adapter's
+    rank, the passes over the texts, the adapter's and head's peak learning rates, the batch size,
+    the share held back to choose the epoch, and the torch device that trains (``cpu``, ``cuda``).
+    Checked when made; :meth:`for_base` fills the options not given with the base's
+    :data:`DEFAULTS`."""
+
+    base: str
+    epochs: int
+    rank: int
+    lr: float
+    head_lr: float
+    batch_size: int
+    val_share: float = 0.1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.base not in BASES:
+            raise ValueError(f"unknown base {self.base!r}; choose from {sorted(BASES)}")
+        for name in ("epochs", "rank", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("lr", "head_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.val_share < 1:
+            raise ValueError(f"val_share must lie between 0 and 1, got {self.val_share}")
+        if not _usable(self.device):
+            raise ValueError(f"--device {self.device}: not a device this machine has (cpu, or cuda where a "
+                             "GPU is)")
+
+    @classmethod
+    def for_base(cls, base: str = "minilm", *, epochs: int | None = None, rank: int | None = None,
+                 lr: float | None = None, head_lr: float | None = None, batch_size: int | None = None,
+                 device: str = "cpu") -> FineTuning:
+        """``base``'s :data:`DEFAULTS`, then the options given (None: not given)."""
+        if base not in DEFAULTS:
+            raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
+        given = {"epochs": epochs, "rank": rank, "lr": lr, "head_lr": head_lr, "batch_size": batch_size}
+        options = DEFAULTS[base] | {k: v for k, v in given.items() if v is not None}
+        return cls(base=base, device=device, **options)
+
+    @property
+    def model_base(self) -> Base:
+        """The base model named by :attr:`base`."""
+        return BASES[self.base]
+
+
+def _usable(device: str) -> bool:
+    """Whether ``device`` is a torch device this machine has."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        return False
+    return kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
 
 
 def _split(labels: Sequence[int], share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -80,13 +139,11 @@ def length_batches(idx: np.ndarray, lengths: np.ndarray, batch_size: int, gen: A
     return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
 
 
-def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank: int, lr: float,
-              head_lr: float, batch_size: int, val_share: float, seed: int, echo: Callable[[str], None],
-              base: Base = MINILM, device: str = "cpu", init: Path | None = None
-              ) -> tuple[Any, Any, dict[str, Any]]:
-    """Train the adapter and head on ``device`` (a torch device: ``cpu``, ``cuda``); return them on
-    the CPU (the epoch with the lowest validation log-loss). ``init``: an artefact folder whose
-    adapter and head training continues from (its rank wins over ``rank``), else a fresh adapter."""
+def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, seed: int,
+              echo: Callable[[str], None], init: Path | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """Train the adapter and head as ``spec`` says (on its device); return them on the CPU (the
+    epoch with the lowest validation log-loss). ``init``: an artefact folder whose adapter and head
+    training continues from (its rank wins over ``spec.rank``), else a fresh adapter."""
     import copy
 
     import torch
@@ -94,6 +151,8 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], *, epochs: int, rank:
     from safetensors.torch import load_file
     from transformers import get_linear_schedule_with_warmup
 
+    base, device, rank, epochs = spec.model_base, spec.device, spec.rank, spec.epochs
+    lr, head_lr, batch_size, val_share = spec.lr, spec.head_lr, spec.batch_size, spec.val_share
     torch.manual_seed(seed)
     model, tok = load_base(base)
     head = torch.nn.Linear(base.hidden_size, 2)
@@ -232,43 +291,22 @@ def version_with_dvc(folder: Path, command: str, repo: Path = ROOT) -> Path:
 
 def train_lora(
     name: str,
+    spec: FineTuning | None = None,
+    data: TrainingData | None = None,
     *,
-    base: str = "minilm",
     examples: int | None = None,
-    epochs: int | None = None,
-    rank: int | None = None,
-    lr: float | None = None,
-    head_lr: float | None = None,
-    batch_size: int | None = None,
-    val_share: float = 0.1,
-    exclude: Sequence[str] = DEFAULT_EXCLUDE,
-    seed: int | None = None,
-    n_per_class: Mapping[str, int | None] | None = None,
-    groups: Mapping[str, Sequence[Claim]] | None = None,
-    sources: Sequence[str] | None = None,
     root: Path = ARTEFACT_ROOT,
-    device: str = "cpu",
     echo: Callable[[str], None] = lambda _: None,
 ) -> LoraArtefact:
-    """Fine-tune (on ``device``), save and evaluate (on the CPU) a LoRA classifier on ``base`` (a key
-    of :data:`BASES`), on every training text or ``examples`` of each class; unset options take the
-    base's :data:`DEFAULTS`; seed and calibration sizes from params.yaml."""
+    """Fine-tune (as ``spec`` says; None: MiniLM's :data:`DEFAULTS`), save and evaluate (on the CPU)
+    a LoRA classifier on every text of ``data`` or ``examples`` of each class; seed and calibration
+    sizes from params.yaml unless ``data`` gives them."""
     import torch
 
-    if base not in BASES:
-        raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
-    try:
-        kind = torch.device(device).type
-        usable = kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
-    except RuntimeError:
-        usable = False
-    if not usable:
-        raise ValueError(f"--device {device}: not a device this machine has (cpu, or cuda where a GPU is)")
-    chosen = BASES[base]
-    given = {"epochs": epochs, "rank": rank, "lr": lr, "head_lr": head_lr, "batch_size": batch_size}
-    opts = DEFAULTS[base] | {k: v for k, v in given.items() if v is not None}
+    spec = spec or FineTuning.for_base()
+    chosen = spec.model_base
     t0 = time.monotonic()
-    ts, groups, seed, n_per_class = leakage_free_set(exclude, seed, n_per_class, groups, sources)
+    ts, groups, seed, n_per_class = leakage_free_set(data or TrainingData())
     echo(f"training set: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy) from {ts.sources}; "
          f"{ts.n_rows_excluded:,} rows excluded, {ts.n_dropped_conflicting} conflicting texts dropped; "
          f"{torch.get_num_threads()} threads")
@@ -277,8 +315,7 @@ def train_lora(
         pick = balanced_sample(labels, examples, seed=seed)
         texts, labels = [texts[i] for i in pick], [labels[i] for i in pick]
         echo(f"a balanced sample of {len(texts):,} ({sum(labels):,} check-worthy)")
-    encoder, head, hyper = fine_tune(texts, labels, **opts, val_share=val_share, seed=seed, echo=echo,
-                                     base=chosen, device=device)
+    encoder, head, hyper = fine_tune(texts, labels, spec, seed=seed, echo=echo)
     manifest = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_rev": git_rev(),

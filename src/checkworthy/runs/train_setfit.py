@@ -21,16 +21,16 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL
-from checkworthy.data.datasets import Claim
 from checkworthy.data.versioning import git_rev
-from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, evaluate, leakage_free_set
+from checkworthy.runs.train_classifier import TrainingData, evaluate, leakage_free_set
 from checkworthy.runs.train_lora import save_lora
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, SETFIT
 from checkworthy.scorers.lora_classifier import MINILM, LoraArtefact, base_model_dir, load_lora
@@ -48,8 +48,27 @@ def balanced_sample(labels: Sequence[int], per_class: int, seed: int) -> np.ndar
     return np.sort(np.concatenate(picks))
 
 
-def fit_setfit(texts: Sequence[str], labels: Sequence[int], *, steps: int, rank: int, lr: float,
-               batch_size: int, seed: int) -> tuple[Any, Any, Any, dict[str, Any]]:
+@dataclass(frozen=True)
+class SetFitSpec:
+    """How SetFit is trained: ``examples`` texts of each class, ``steps`` contrastive batches of
+    ``batch_size`` pairs, the body's adapter of rank ``rank`` learning at ``lr``. Checked when made."""
+
+    examples: int = 500
+    steps: int = 600
+    rank: int = 16
+    lr: float = 2e-4
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("examples", "steps", "rank", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+
+
+def fit_setfit(texts: Sequence[str], labels: Sequence[int], spec: SetFitSpec, seed: int
+               ) -> tuple[Any, Any, Any, dict[str, Any]]:
     """SetFit with a LoRA adapter on the body; return (the SetFit model, its encoder with the
     adapter, the head as a linear layer, hyper-parameters)."""
     import torch
@@ -57,6 +76,7 @@ def fit_setfit(texts: Sequence[str], labels: Sequence[int], *, steps: int, rank:
     from peft import LoraConfig, get_peft_model
     from setfit import SetFitModel, Trainer, TrainingArguments
 
+    steps, rank, lr, batch_size = spec.steps, spec.rank, spec.lr, spec.batch_size
     torch.manual_seed(seed)
     model = SetFitModel.from_pretrained(str(base_model_dir()), local_files_only=True)
     body = model.model_body[0]  # the transformer module: its model gets the adapter, as train_lora's
@@ -92,31 +112,25 @@ def _version(package: str) -> str:
 
 def train_setfit(
     name: str,
+    spec: SetFitSpec | None = None,
+    data: TrainingData | None = None,
     *,
-    examples: int = 500,
-    steps: int = 600,
-    rank: int = 16,
-    lr: float = 2e-4,
-    batch_size: int = 32,
-    exclude: Sequence[str] = DEFAULT_EXCLUDE,
-    seed: int | None = None,
-    n_per_class: Mapping[str, int | None] | None = None,
-    groups: Mapping[str, Sequence[Claim]] | None = None,
-    sources: Sequence[str] | None = None,
     root: Path = ARTEFACT_ROOT,
     echo: Callable[[str], None] = lambda _: None,
 ) -> LoraArtefact:
-    """Train, save and evaluate a SetFit classifier; seed and calibration sizes from params.yaml."""
+    """Train (as ``spec`` says; None: its defaults), save and evaluate a SetFit classifier on a
+    sample of ``data``; seed and calibration sizes from params.yaml unless ``data`` gives them."""
     import torch
 
+    spec = spec or SetFitSpec()
+    examples = spec.examples
     t0 = time.monotonic()
-    ts, groups, seed, n_per_class = leakage_free_set(exclude, seed, n_per_class, groups, sources)
+    ts, groups, seed, n_per_class = leakage_free_set(data or TrainingData())
     pick = balanced_sample(ts.labels, examples, seed)
     texts, labels = [ts.texts[i] for i in pick], [ts.labels[i] for i in pick]
     echo(f"SetFit on {len(texts):,} of {len(ts.texts):,} training texts ({sum(labels):,} check-worthy); "
-         f"{steps} steps of {batch_size} pairs; {torch.get_num_threads()} threads")
-    model, encoder, head, hyper = fit_setfit(texts, labels, steps=steps, rank=rank, lr=lr,
-                                             batch_size=batch_size, seed=seed)
+         f"{spec.steps} steps of {spec.batch_size} pairs; {torch.get_num_threads()} threads")
+    model, encoder, head, hyper = fit_setfit(texts, labels, spec, seed)
     manifest = {
         "model_type": SETFIT,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
