@@ -163,13 +163,13 @@ def cmd_review(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
-    from checkworthy.runs.calibration_run import check_methods
-    from checkworthy.runs.own_scores import Review, calibrate_files, read_scored_files
-    from checkworthy.store.knn import KnnPath
+    from checkworthy.runs.own_scores import calibrate_files, read_scored_files
+    from checkworthy.store.run_spec import RunMethods
 
     try:
-        check_methods(args.interval, args.correction, "labelled", args.review_risk, args.max_risk, args.delta,
-                      args.knn, args.ef_search)
+        methods = RunMethods(args.k, args.alpha, args.threshold, args.interval, correction=args.correction,
+                             review_risk=args.review_risk, max_risk=args.max_risk, delta=args.delta,
+                             knn=args.knn, ef_search=args.ef_search)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -179,11 +179,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 2
     # validate both files, alone and together, before the database is even started
     read_scored_files(Path(args.labeled), Path(args.unlabeled), args.k)
-    outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
-                              Path(args.out), alpha=args.alpha, threshold=args.threshold,
-                              interval=args.interval, correction=args.correction,
-                              review=Review(args.review_risk, args.max_risk, args.delta),
-                              knn=KnnPath(args.knn, args.ef_search))
+    outcome = calibrate_files(_engine(), Path(args.labeled), Path(args.unlabeled), Path(args.out), methods)
     print_outcome(outcome, args, f"interval {args.interval}, correction {args.correction}")
     return 0
 
@@ -258,7 +254,6 @@ def review_line(outcome: CalibrateOutcome) -> str:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """Score L and U with the recommended model, calibrate U against L, write OUT."""
-    from checkworthy.runs.calibration_run import check_methods
     from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
     from checkworthy.scorers.registry import configured_scorer
 
@@ -275,8 +270,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in options}
     rec = Recommended.from_params(params, **given)
     try:
-        check_methods(rec.interval, rec.correction, rec.prior, rec.review_risk, rec.max_risk, rec.delta,
-                      rec.knn, rec.ef_search)
+        rec.methods  # noqa: B018 - refuses an unknown method or a bound outside (0, 1)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -293,7 +287,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: --model {rec.model}: {exc}", file=sys.stderr)
         return 2
-    outcome = predict_files(_engine(), labeled, lab, unlabeled, unl, Path(args.out), rec, scorer, prompt)
+    outcome = predict_files(_engine(), (labeled, unlabeled), (lab, unl), Path(args.out), rec, scorer, prompt)
     print_outcome(outcome, args, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
                                  f"interval {rec.interval}, k = {rec.k}, prior {rec.prior}")
     return 0

@@ -40,6 +40,7 @@ from prefect import flow, unmapped
 from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, labelled_sizes, load_params, model_name
 from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
+    TaskContext,
     adapt_task,
     apply_labels_task,
     bounds_of,
@@ -59,6 +60,7 @@ from checkworthy.flows.tasks import (
     prepare_task,
     recalibrate_champion_task,
     recalibrate_lineage_task,
+    run_spec,
     say,
     score_chunk_task,
     score_task,
@@ -68,7 +70,6 @@ from checkworthy.flows.tasks import (
     validate_task,
     version_data_task,
 )
-from checkworthy.store.knn import EF_SEARCH
 
 
 def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
@@ -93,11 +94,8 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
         for target, claim_ids in sorted(lin["targets"].items()):
             for key in keys:
                 for k in params["k"]:
-                    runs.append(calibrate_task(
-                        target, claim_ids, lin["label_set_id"], key, k, params["alpha"], params["threshold"],
-                        params.get("interval", "z"), dv, verdict["validation_run_id"], db_url,
-                        params.get("correction", "paper"), params.get("knn", "exact"),
-                        params.get("ef_search", EF_SEARCH)))
+                    spec = run_spec(target, claim_ids, lin["label_set_id"], key, k, params)
+                    runs.append(calibrate_task(spec, TaskContext(db_url, dv, verdict["validation_run_id"])))
     return runs
 
 

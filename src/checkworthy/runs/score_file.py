@@ -104,7 +104,7 @@ def score_csv(
         rate = done / max(time.monotonic() - t0, 1e-9)
         echo(f"  scored {done}/{total} texts with {scorer.spec} ({rate:.1f}/s)")
 
-    n_new, n_old, keys = score_missing(engine, scorer, hashes, *prompt, chunk_size=chunk_size,
+    n_new, n_old, keys = score_missing(engine, scorer, hashes, prompt, chunk_size=chunk_size,
                                        progress=progress)
     with engine.connect() as conn:
         preds = store.stored_predictions(conn, keys, hashes)
