@@ -5,7 +5,8 @@
 FROM python:3.11-slim-bookworm
 
 ARG TORCH_VERSION=2.13.0
-# the git revision recorded with every run (no .git inside the image): --build-arg CHECKWORTHY_CODE_REV=$(git rev-parse HEAD)
+# the git revision recorded with every run (no .git inside the image): --build-arg CHECKWORTHY_CODE_REV=$(git rev-parse HEAD);
+# without it runs record the package version marked -no-git (checkworthy-0.1.0-no-git), never a blank
 ARG CHECKWORTHY_CODE_REV=""
 ENV CHECKWORTHY_CODE_REV=${CHECKWORTHY_CODE_REV}
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu

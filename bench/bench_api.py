@@ -35,7 +35,7 @@ import uvicorn
 
 from checkworthy.config import PARAMS_FILE, VAR_DIR, load_params, quiet_offline_env
 from checkworthy.data.datasets import load_clef, normalise_text
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import make_scorer
 from checkworthy.serve.app import Limits, create_app
@@ -44,6 +44,7 @@ from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import raw_path
 from tests.fake_ollama import FakeOllama
 
@@ -68,7 +69,7 @@ def build_lineage(engine, tag: str, spec: str, options: dict[str, Any], lab: Seq
         ls = store.create_label_set(conn, f"{tag}:calibration", ids[10:])
         lineages.register_target(conn, f"{tag}:test", f"{tag}:calibration", ids[:10])
         lineages.set_head(conn, f"{tag}:calibration", ls, "initial")
-    keys = score_missing(engine, scorer, [store.sha256_text(c.text) for c in lab], *prompt)[2]
+    keys = score_missing(engine, scorer, [store.sha256_text(c.text) for c in lab], prompt)[2]
     kind = "token_prob" if "token_prob" in keys else next(iter(keys))
     return run_calibration(engine, RunSpec(f"{tag}:test", tuple(ids[:10]), ls, keys[kind], 10))
 

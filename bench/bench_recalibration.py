@@ -43,12 +43,13 @@ import time
 from sqlalchemy import text
 
 from checkworthy.config import EMBED_MODEL, VAR_DIR, quiet_offline_env
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.recalibration import recalibrate
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.knn import EF_SEARCH, KNN_PATHS
+from checkworthy.store.run_spec import RunSpec
 
 DIM, CENTROIDS = 384, 64
 

@@ -25,7 +25,7 @@ from sqlalchemy import text
 from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.data.datasets import normalise_text
-from checkworthy.runs.calibration_run import RunSpec, compute, run_calibration
+from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.serve.app import Limits, create_app
@@ -34,6 +34,7 @@ from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import table_counts
 from tests.test_drift import COOKING
 from tests.test_flows import _event_stored
@@ -67,7 +68,7 @@ class World:
             lineages.register_target(conn, target, self.lineage, t_ids)
             lineages.set_head(conn, self.lineage, ls, "initial")
         hashes = [store.sha256_text(c.text) for c in lab + dev[60:100]]
-        key = score_missing(engine, scorer, hashes, *prompt)[2]["p_positive"]
+        key = score_missing(engine, scorer, hashes, prompt)[2]["p_positive"]
         base = RunSpec(target, tuple(sorted(t_ids)), ls, key, 5)
         self.paper = run_calibration(engine, base)
         self.auto = run_calibration(engine, RunSpec(target, base.claim_ids, ls, key, 5, interval_method="mondrian",

@@ -20,10 +20,11 @@ from sqlalchemy.exc import DBAPIError
 
 from checkworthy.config import EMBED_MODEL
 from checkworthy.data.datasets import Claim, load_clef
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import raw_path
 
 RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise
@@ -205,9 +206,9 @@ def _insert_running(engine: Engine, sc: Scenario, key: str) -> int:
         return conn.execute(text(
             """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
                model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
-               params, status, claim_ids)
+               params, status, claim_ids, code_rev)
                SELECT :key, 'guard-test', :ls, fingerprint, :m, 'none', :ph, 'imported', 'x', 3, 0.05,
-                      0.5, '{"n_claims": 2}', 'running', :ids FROM label_sets WHERE id = :ls RETURNING id"""),
+                      0.5, '{"n_claims": 2}', 'running', :ids, 'test' FROM label_sets WHERE id = :ls RETURNING id"""),
             {"key": key, "ls": sc.label_set_id, "m": sc.key.model_id, "ph": sc.key.params_hash,
              "ids": [int(i) for i in sc.unl_ids[:2]]},
         ).scalar_one()
@@ -235,9 +236,9 @@ def test_a_running_run_may_only_finish(engine, complete):
         == RESTRICT
     # and a run cannot be born finished
     sql = ("INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint, model_id, "
-           "prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status, finished_at) "
-           "SELECT run_key, target, label_set_id, label_set_fingerprint, model_id, prompt_version, "
-           "params_hash, score_kind, embed_model, k, alpha, threshold, 'complete', now() "
+           "prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status, finished_at, "
+           "code_rev) SELECT run_key, target, label_set_id, label_set_fingerprint, model_id, prompt_version, "
+           "params_hash, score_kind, embed_model, k, alpha, threshold, 'complete', now(), code_rev "
            "FROM calibration_runs WHERE id = :r")
     assert sqlstate(refused(engine, sql, p)) == RESTRICT
 

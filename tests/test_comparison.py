@@ -21,7 +21,7 @@ from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.report.files import rerender, save_report
 from checkworthy.runs import comparisons
 from checkworthy.runs.analyses import AnalysisOptions
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import CompareInputs, CompareOptions, MetricRow, compare, targets_met
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
@@ -29,6 +29,7 @@ from checkworthy.store.comparisons import comparison_heads, comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.reports import stored_report
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import raw_path
 
 # ------------------------------------------------------------------------------ pure part

@@ -40,4 +40,4 @@ def test_served_deployments_match_prefect_yaml(monkeypatch):
     assert served["on-label-change"].triggers[0].expect == {LABELS_UPDATED}
     assert served["on-guideline-change"].triggers[0].expect == {GUIDELINES_UPDATED}
     assert served["on-label-growth"].triggers[0].expect == {LABELS_UPDATED}
-    assert served["daily"].parameters == listed["daily"]["parameters"] == {"report_prefix": "daily"}
+    assert served["daily"].parameters == listed["daily"]["parameters"] == {"report": {"prefix": "daily"}}

@@ -37,12 +37,13 @@ from checkworthy.method.drift import (
 from checkworthy.method.prevalence import share_positive, under_drift
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import ReviewRule
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import raw_path
 from tests.test_calibrate_cli import write
 from tests.test_flows import _event_stored

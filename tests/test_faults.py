@@ -35,7 +35,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from checkworthy.config import ROOT, VAR_DIR
-from checkworthy.runs.calibration_run import run_calibration, run_key
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
@@ -43,6 +43,7 @@ from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import load_embeddings
 from checkworthy.store.engine import embedded_url, migrate
 from checkworthy.store.metrics import load_metrics
+from checkworthy.store.run_spec import run_key
 from tests.test_append_only import Scenario, build_scenario, clef_claims
 
 TIMEOUT = 60.0
@@ -380,14 +381,14 @@ def test_model_runtime_killed_mid_scoring(engine):
     killer = threading.Thread(target=kill_during_fourth_request)
     killer.start()
     with pytest.raises(ConnectionError, match="model runtime"):
-        score_missing(engine, scorer, hashes, "none", chunk_size=CHUNK)
+        score_missing(engine, scorer, hashes, chunk_size=CHUNK)
     killer.join()
     kept = _stored(engine, spec)
     assert len(kept) == 3 * CHUNK  # the three finished chunks, nothing of the fourth
 
     rerun = PipeRuntimeScorer(spec)  # the runtime is back
     try:
-        scored, already, _ = score_missing(engine, rerun, hashes, "none", chunk_size=CHUNK)
+        scored, already, _ = score_missing(engine, rerun, hashes, chunk_size=CHUNK)
     finally:
         rerun.close()
     assert (scored, already) == (N_TEXTS - 3 * CHUNK, 3 * CHUNK)
@@ -402,7 +403,7 @@ from checkworthy.runs.scoring import score_missing
 from tests.test_faults import SlowHashScorer
 engine = create_engine(sys.argv[1])
 hashes = sys.argv[3].split(",")
-score_missing(engine, SlowHashScorer(sys.argv[2], delay=0.25), hashes, "none", chunk_size=int(sys.argv[4]),
+score_missing(engine, SlowHashScorer(sys.argv[2], delay=0.25), hashes, chunk_size=int(sys.argv[4]),
               progress=lambda done, total: print(f"done {done}", flush=True))
 """
 
@@ -426,7 +427,7 @@ def test_scoring_worker_killed_mid_scoring(engine, db_url):
     assert 2 * CHUNK <= len(kept) < N_TEXTS and len(kept) % CHUNK == 0  # whole chunks only
 
     rerun = SlowHashScorer(spec)
-    scored, already, _ = score_missing(engine, rerun, hashes, "none", chunk_size=CHUNK)
+    scored, already, _ = score_missing(engine, rerun, hashes, chunk_size=CHUNK)
     assert (scored, already) == (N_TEXTS - len(kept), len(kept))
     assert not {store.sha256_text(t) for t in rerun.texts_sent} & set(kept)
     _check_complete(engine, spec, hashes)
@@ -511,9 +512,10 @@ def test_database_refuses_a_second_complete_run_even_without_the_lock(engine):
     key = "bypass-" + uuid.uuid4().hex + "0" * 25
     insert = text(
         """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint, model_id,
-           prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status, claim_ids)
+           prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, status, claim_ids,
+           code_rev)
            SELECT :key, 'bypass', id, fingerprint, :m, 'none', :ph, 'imported', 'x', 3, 0.05, 0.5, 'running',
-                  ARRAY[CAST(:c AS bigint)]
+                  ARRAY[CAST(:c AS bigint)], 'test'
            FROM label_sets WHERE id = :ls RETURNING id""")
     result = text("INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high, decision, "
                   "knn_mean, neighbor_ids, neighbor_distances) VALUES (:r, :c, 0.5, 0.5, 0, 1, true, 0, '{}', '{}')")

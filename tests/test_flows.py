@@ -50,8 +50,8 @@ def setup(tmp_path_factory, db_url):
 @pytest.fixture(scope="module")
 def first_run(flows, setup, engine):
     return flows.pipeline_flow(params_path=setup["params"], db_url=setup["db_url"], repo=str(ROOT),
-                               commit_data=False,
-                               metrics_file=str(setup["tmp"] / "metrics" / "evaluation.json"))
+                               commit_data=False, report=flows.ReportOptions(
+                                   metrics_file=str(setup["tmp"] / "metrics" / "evaluation.json")))
 
 
 def lineage() -> str:
@@ -99,7 +99,8 @@ def test_pipeline_flow_writes_the_report_and_leaves_its_artifacts(flows, setup, 
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     out = flows.pipeline_flow(params_path=setup["params"], db_url=setup["db_url"], repo=str(ROOT),
-                              commit_data=False, report_name="flow-report", reports_dir=str(tmp_path))
+                              commit_data=False,
+                              report=flows.ReportOptions(name="flow-report", folder=str(tmp_path)))
     assert out["report"] == str(tmp_path / "flow-report" / "report.md")
     with engine.connect() as conn:
         flow_run = conn.execute(text("SELECT flow_run_id FROM reports WHERE name = 'flow-report'")).scalar_one()

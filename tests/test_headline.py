@@ -20,7 +20,7 @@ from checkworthy.data.datasets import load_claimbuster, load_clef
 from checkworthy.report.files import write_report_dir
 from checkworthy.report.headline import HEADER
 from checkworthy.report.render import HEADLINE, build
-from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
 from checkworthy.runs.predict import Recommended
 from checkworthy.scorers.base import OK, Score
@@ -28,6 +28,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.comparisons import comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
+from checkworthy.store.run_spec import RunContext, RunSpec
 from tests.conftest import raw_path
 from tests.test_report import assert_headline_on_first_screen, in_chromium, section, table
 

@@ -14,12 +14,13 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import build_parser, main
 from checkworthy.config import load_params
-from checkworthy.runs.calibration_run import RunSpec, compute, key_of, run_calibration, run_key
+from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.runs.recalibration import find_parent, recalibrate, spec_from_run
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run, runs_in_force
-from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, nearest_labelled
+from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, leave_one_out_neighbours, nearest_labelled
+from checkworthy.store.run_spec import RunSpec, key_of, run_key
 from tests.test_recalibrate import assert_equals_full, build_world
 
 HNSW = KnnPath("hnsw", 100)
@@ -74,7 +75,7 @@ def test_a_run_records_the_index_the_store_holds(engine):
 def test_leave_one_out_on_the_hnsw_path(engine, world):
     w = world
     with engine.begin() as conn:
-        loo = nearest_labelled(conn, w.ls0, w.lab_ids, 5, w.key, leave_one_out=True, knn=HNSW)
+        loo = leave_one_out_neighbours(conn, w.ls0, w.lab_ids, 5, w.key, knn=HNSW)
         texts = dict(conn.execute(text("SELECT id, text_hash FROM claims WHERE id = ANY(:c)"),
                                   {"c": list(w.lab_ids)}).all())
     for q, row in zip(loo.claim_ids, loo.neighbor_ids):

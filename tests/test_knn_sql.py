@@ -7,7 +7,7 @@ from checkworthy.data.datasets import load_clef
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
-from checkworthy.store.knn import nearest_labelled
+from checkworthy.store.knn import leave_one_out_neighbours, nearest_labelled
 from tests.conftest import raw_path
 
 N_LAB, N_Q = 120, 40
@@ -71,7 +71,7 @@ def test_ties_broken_by_claim_id_and_leave_one_out(engine, knn_setup):
     with engine.connect() as conn:
         # labelled claims queried against their own set: each is its own nearest (distance 0)
         self_nb = nearest_labelled(conn, s["ls"], s["ids"][:5], 2, s["key"])
-        loo = nearest_labelled(conn, s["ls"], s["ids"][:5], 2, s["key"], leave_one_out=True)
+        loo = leave_one_out_neighbours(conn, s["ls"], s["ids"][:5], 2, s["key"])
     assert list(self_nb.neighbor_ids[:, 0]) == list(self_nb.claim_ids)
     assert np.allclose(self_nb.distances[:, 0], 0, atol=1e-6)
     assert not (loo.neighbor_ids == loo.claim_ids[:, None]).any()

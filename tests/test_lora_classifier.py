@@ -161,16 +161,16 @@ def test_an_ensemble_in_the_store_joins_its_members_stored_scores(engine):
         hashes = store.store_texts(conn, texts)
     ensemble, _ = make_scorer("ensemble:minilm-lora+gemma-lora")
     first, second = ensemble.members
-    assert score_missing(engine, first, hashes[:4], "none")[0] == 4  # one member has half the texts
+    assert score_missing(engine, first, hashes[:4])[0] == 4  # one member has half the texts
     calls: list[tuple[int, int]] = []
-    n_new, n_old, keys = score_missing(engine, ensemble, hashes, "none", chunk_size=3,
+    n_new, n_old, keys = score_missing(engine, ensemble, hashes, chunk_size=3,
                                        progress=lambda d, t: calls.append((d, t)))
     assert (n_new, n_old) == (8, 0)
     assert calls == [(3, 4), (4, 4), (3, 8), (6, 8), (8, 8), (3, 8), (6, 8), (8, 8)]  # first's 4, second's 8, own 8
     for member in (first, second):
-        assert score_missing(engine, member, hashes, "none")[:2] == (0, 8)
+        assert score_missing(engine, member, hashes)[:2] == (0, 8)
     with engine.connect() as conn:
         stored = store.stored_predictions(conn, {"p_positive": keys["p_positive"]}, hashes)
     fresh = [o["p_positive"].score for o in ensemble.score(texts)]
     assert [stored[(h, "p_positive")].score for h in hashes] == pytest.approx(fresh, abs=1e-5)  # other batches
-    assert score_missing(engine, ensemble, hashes, "none")[:2] == (0, 8)
+    assert score_missing(engine, ensemble, hashes)[:2] == (0, 8)

@@ -16,13 +16,14 @@ from sqlalchemy import text
 
 from checkworthy.data.datasets import Claim, load_clef, normalise_text
 from checkworthy.runs import recalibration as recalibrate_module
-from checkworthy.runs.calibration_run import RunSpec, compute, run_calibration, run_key
+from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.runs.recalibration import fast_run_key, find_parent, recalibrate, spec_from_run
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.run_spec import RunSpec, run_key
 from tests.conftest import raw_path
 
 K = 5

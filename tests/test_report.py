@@ -33,7 +33,7 @@ from checkworthy.report.files import save_report
 from checkworthy.report.formatting import fmt
 from checkworthy.report.render import HEADLINE
 from checkworthy.runs.analyses import AnalysisOptions, load_runs
-from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
@@ -45,6 +45,7 @@ from checkworthy.store.knn import neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.review_queue import entries_of_run
+from checkworthy.store.run_spec import RunContext, RunSpec
 from tests.conftest import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply

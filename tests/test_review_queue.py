@@ -23,7 +23,7 @@ from checkworthy.errors import DataError
 from checkworthy.method.selective import ReviewRule, review_priority
 from checkworthy.report.explanation import format_decision
 from checkworthy.runs import label_updates as labels
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.recalibration import recalibrate_lineage
 from checkworthy.runs.review_queue import answers_as_label_file, export_rows, write_export
 from checkworthy.store import lineages
@@ -31,6 +31,7 @@ from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
 from checkworthy.store.audit import explain
 from checkworthy.store.calibration_runs import load_run, result_values
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import table_counts
 from tests.test_recalibrate import build_world
 

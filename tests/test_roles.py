@@ -24,6 +24,7 @@ from checkworthy.errors import StoreBusy
 from checkworthy.runs.own_scores import calibrate_files
 from checkworthy.store import audit, lineages
 from checkworthy.store.engine import get_engine
+from checkworthy.store.run_spec import RunMethods
 from tests.test_append_only import clef_claims
 
 DENIED = "42501"  # insufficient_privilege
@@ -65,7 +66,7 @@ def pipeline_run(logins, tmp_path_factory):
             w.writerow(["id", "text", "score", "label"])
             w.writerows(part)
     eng = get_engine(logins["pipeline"])  # runs the Alembic head check as the pipeline
-    outcome = calibrate_files(eng, d / "L.csv", d / "U.csv", 5, d / "OUT.csv")
+    outcome = calibrate_files(eng, d / "L.csv", d / "U.csv", d / "OUT.csv", RunMethods(5))
     with open(d / "OUT.csv", newline="", encoding="utf-8") as fh:
         out = list(csv.DictReader(fh))
     return {"run_id": outcome.run_id, "out": out, "rows": rows, "dir": d, "engine": eng}
@@ -208,9 +209,10 @@ def test_pipeline_writes_only_what_the_code_writes(logins, pipeline_run):
 
 _COPY_RUN = text(
     """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint, model_id,
-       prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, params, status, claim_ids)
+       prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold, params, status, claim_ids,
+       code_rev)
        SELECT :key, target, label_set_id, label_set_fingerprint, model_id, prompt_version, params_hash,
-              score_kind, embed_model, k, alpha, threshold, CAST(:p AS jsonb), 'running', :ids
+              score_kind, embed_model, k, alpha, threshold, CAST(:p AS jsonb), 'running', :ids, code_rev
        FROM calibration_runs WHERE id = :old RETURNING id""")
 _COPY_RESULTS = text(
     """INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high, decision, knn_mean,

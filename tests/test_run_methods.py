@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
-from checkworthy.flows.tasks import calibrate_task
+from checkworthy.flows.tasks import TaskContext, calibrate_task, run_spec
 from checkworthy.method import nnppi
 from checkworthy.method.calibrators import CALIBRATORS, fitted_params
 from checkworthy.method.corrections import estimate_lambda, select_by_cv
@@ -28,11 +28,12 @@ from checkworthy.method.predictor_choice import (
     choose_correction,
     cv_ks,
 )
-from checkworthy.runs.calibration_run import RunSpec, compute, labelled_pool, run_calibration
+from checkworthy.runs.calibration_run import compute, labelled_pool, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import raw_path, table_counts
 
 N_LAB, N_ALL, K = 90, 130, 5
@@ -233,8 +234,9 @@ def test_pipeline_passes_interval_and_correction(engine, db_url, world):
     w = world
     key = {"model_id": w["key"].model_id, "prompt_version": w["key"].prompt_version,
            "params_hash": w["key"].params_hash, "score_kind": w["key"].score_kind}
-    out = calibrate_task.fn("methods-test:test", list(w["ids"][N_LAB:]), w["ls"], key, 3, 0.05, 0.5,
-                            "conformal", None, None, db_url, correction="shrink")
+    params = {"alpha": 0.05, "threshold": 0.5, "interval": "conformal", "correction": "shrink"}
+    spec = run_spec("methods-test:test", list(w["ids"][N_LAB:]), w["ls"], key, 3, params)
+    out = calibrate_task.fn(spec, TaskContext(db_url, None, None))
     with engine.connect() as conn:
         run = conn.execute(text("SELECT interval_method, params FROM calibration_runs WHERE id = :i"),
                            {"i": out["run_id"]}).one()

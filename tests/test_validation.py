@@ -13,10 +13,11 @@ from checkworthy.data import validation
 from checkworthy.data.datasets import normalise_text, sha256_file
 from checkworthy.runs import label_gate
 from checkworthy.runs import label_updates as labels
-from checkworthy.runs.calibration_run import RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.store import lineages, validations
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import runs_in_force
+from checkworthy.store.run_spec import RunSpec
 from tests.conftest import ATTEMPT_RECORDS, table_counts
 from tests.test_labels import write_csv
 from tests.test_recalibrate import build_world, clef

@@ -90,14 +90,14 @@ def check_name(name: str | None, labeled: Path) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate U's scores against L's labelled scores; write OUT; print metrics if U has labels."""
     from checkworthy.report.console import print_outcome
-    from checkworthy.runs.calibration_run import check_methods
-    from checkworthy.runs.own_scores import Review, calibrate_files, read_scored_files
+    from checkworthy.runs.own_scores import calibrate_files, read_scored_files
     from checkworthy.store.engine import get_engine
-    from checkworthy.store.knn import KnnPath
+    from checkworthy.store.run_spec import RunMethods
 
     try:
-        check_methods(args.interval, args.correction, "labelled", args.review_risk, args.max_risk, args.delta,
-                      args.knn, args.ef_search)
+        methods = RunMethods(args.k, args.alpha, args.threshold, args.interval, correction=args.correction,
+                             review_risk=args.review_risk, max_risk=args.max_risk, delta=args.delta,
+                             knn=args.knn, ef_search=args.ef_search)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     problem = output_file("--out", args.out, [args.labeled, args.unlabeled])
@@ -106,11 +106,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     # validate both files, alone and together, before the database is even started
     read_scored_files(Path(args.labeled), Path(args.unlabeled), args.k)
     check_name(args.name, Path(args.labeled))
-    outcome = calibrate_files(get_engine(), Path(args.labeled), Path(args.unlabeled), args.k,
-                              Path(args.out), alpha=args.alpha, threshold=args.threshold,
-                              interval=args.interval, correction=args.correction,
-                              review=Review(args.review_risk, args.max_risk, args.delta),
-                              knn=KnnPath(args.knn, args.ef_search), lineage=args.name)
+    outcome = calibrate_files(get_engine(), Path(args.labeled), Path(args.unlabeled), Path(args.out), methods,
+                              lineage=args.name)
     print_outcome(outcome, f"interval {args.interval}, correction {args.correction}", args.out, args.labeled,
                   args.unlabeled)
     return 0

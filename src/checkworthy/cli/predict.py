@@ -38,7 +38,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """Score L and U with the recommended model, calibrate U against L, write OUT."""
     from checkworthy.report.console import print_outcome
-    from checkworthy.runs.calibration_run import check_methods
     from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
     from checkworthy.scorers.registry import configured_scorer
     from checkworthy.store.engine import get_engine
@@ -54,8 +53,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in options}
     rec = Recommended.from_params(params, **given)
     try:
-        check_methods(rec.interval, rec.correction, rec.prior, rec.review_risk, rec.max_risk, rec.delta,
-                      rec.knn, rec.ef_search)
+        rec.methods  # noqa: B018 - refuses an unknown method or a bound outside (0, 1)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     labeled, unlabeled = Path(args.labeled), Path(args.unlabeled)
@@ -71,8 +69,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         check_score_kind(rec, scorer)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"--model {rec.model}: {exc}") from None
-    outcome = predict_files(get_engine(), labeled, lab, unlabeled, unl, Path(args.out), rec, scorer, prompt,
-                            lineage=args.name)
+    outcome = predict_files(get_engine(), (labeled, unlabeled), (lab, unl), Path(args.out), rec,
+                            (scorer, prompt), lineage=args.name)
     print_outcome(outcome, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
                            f"interval {rec.interval}, k = {rec.k}, prior {rec.prior}",
                   args.out, args.labeled, args.unlabeled)

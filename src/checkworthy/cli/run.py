@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: both datasets, every k, the table beside the paper, a Markdown report."""
-    from checkworthy.flows.pipeline import pipeline_flow
+    from checkworthy.flows.pipeline import ReportOptions, pipeline_flow
     from checkworthy.report.console import console_table, table_rows
     from checkworthy.store.engine import get_engine
 
@@ -34,8 +34,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the report, so the flow run carries the report's artifacts
     result = pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
                            commit_data=args.commit_data, echo=True,
-                           report_name=args.name or time.strftime("run-%Y%m%d-%H%M%S"),
-                           reports_dir=str(Path(args.reports_dir).resolve()))
+                           report=ReportOptions(name=args.name or time.strftime("run-%Y%m%d-%H%M%S"),
+                                                folder=str(Path(args.reports_dir).resolve())))
     with get_engine().connect() as conn:
         print()
         print(console_table(table_rows(conn, sorted(result["run_ids"]))))

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
@@ -68,10 +69,12 @@ def data_hash(repo: Path = ROOT) -> str:
 
 
 def git_rev(repo: Path = CODE_ROOT) -> str:
-    """The revision of a git checkout (``<sha>`` or ``<sha>-dirty``), by default the code's own.
+    """The revision of a git checkout (``<sha>`` or ``<sha>-dirty``), by default the code's own;
+    never blank.
 
-    Outside a git checkout (a container image) it is ``$CHECKWORTHY_CODE_REV``, set at build time
-    (empty if unset).
+    ``$CHECKWORTHY_CODE_REV``, when set, wins (a container image sets it at build time). Outside
+    a git checkout, without it, it is the installed package's version marked ``-no-git``
+    (``checkworthy-0.1.0-no-git``): which release ran, though not which commit.
     """
     if os.environ.get("CHECKWORTHY_CODE_REV"):
         return os.environ["CHECKWORTHY_CODE_REV"]
@@ -81,8 +84,18 @@ def git_rev(repo: Path = CODE_ROOT) -> str:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return ""
+        sha = ""
+    if not sha:
+        return f"checkworthy-{package_version()}-no-git"
     return f"{sha}-dirty" if dirty else sha
+
+
+def package_version() -> str:
+    """The installed checkworthy package's version (``unknown`` when it is not installed)."""
+    try:
+        return metadata.version("checkworthy")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def data_version(repo: Path = ROOT) -> DataVersion:

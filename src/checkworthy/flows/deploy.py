@@ -45,7 +45,7 @@ def deployments() -> list:
     return [
         pipeline_flow.to_deployment(
             "daily", cron=os.environ.get("CHECKWORTHY_PIPELINE_CRON", "0 2 * * *"),
-            parameters={"report_prefix": "daily"}, concurrency_limit=1, tags=tags,
+            parameters={"report": {"prefix": "daily"}}, concurrency_limit=1, tags=tags,
             description="The main job: data version, validation, embed, score, calibrate, evaluate."),
         score_new_claims_flow.to_deployment(
             "hourly", interval=_seconds("CHECKWORTHY_NEW_CLAIMS_INTERVAL", 3600), concurrency_limit=1,

@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, unmapped
+from pydantic import BaseModel, ConfigDict
 
 from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, labelled_sizes, load_params, model_name
 from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
+    TaskContext,
     adapt_task,
     apply_labels_task,
     bounds_of,
@@ -59,6 +61,7 @@ from checkworthy.flows.tasks import (
     prepare_task,
     recalibrate_champion_task,
     recalibrate_lineage_task,
+    run_spec,
     say,
     score_chunk_task,
     score_task,
@@ -68,7 +71,6 @@ from checkworthy.flows.tasks import (
     validate_task,
     version_data_task,
 )
-from checkworthy.store.knn import EF_SEARCH
 
 
 def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
@@ -93,11 +95,8 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
         for target, claim_ids in sorted(lin["targets"].items()):
             for key in keys:
                 for k in params["k"]:
-                    runs.append(calibrate_task(
-                        target, claim_ids, lin["label_set_id"], key, k, params["alpha"], params["threshold"],
-                        params.get("interval", "z"), dv, verdict["validation_run_id"], db_url,
-                        params.get("correction", "paper"), params.get("knn", "exact"),
-                        params.get("ef_search", EF_SEARCH)))
+                    spec = run_spec(target, claim_ids, lin["label_set_id"], key, k, params)
+                    runs.append(calibrate_task(spec, TaskContext(db_url, dv, verdict["validation_run_id"])))
     return runs
 
 
@@ -126,22 +125,39 @@ def fan_out(claim_ids: list[int], params: dict[str, Any], db_url: str | None = N
     return run(claim_ids, [model_name(m) for m in params["models"]], params, db_url, guidelines)
 
 
+class ReportOptions(BaseModel):
+    """What the main job writes besides its runs: the report, named ``name`` exactly or ``prefix``
+    and the time (scheduled deployments) or not written, in ``folder`` (default reports/), and
+    the metrics file (``metrics_file``, for DVC)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None = None
+    prefix: str | None = None
+    folder: str | None = None
+    metrics_file: str | None = None
+
+    def report_name(self) -> str | None:
+        """The report's name for a run starting now."""
+        if self.prefix and not self.name:
+            return f"{self.prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return self.name
+
+
 @flow(name="checkworthy-pipeline", log_prints=True)
 def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None, repo: str = str(ROOT),
-                  commit_data: bool = True, report_name: str | None = None, reports_dir: str | None = None,
-                  metrics_file: str | None = None, limit: int | None = None,
-                  report_prefix: str | None = None, echo: bool = False) -> dict[str, Any]:
+                  commit_data: bool = True, limit: int | None = None, echo: bool = False,
+                  report: ReportOptions | None = None) -> dict[str, Any]:
     """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> compare
-    -> evaluate; the last task writes the report (``report_name``) with the flow run's artifacts.
+    -> evaluate; the last task writes the report (:class:`ReportOptions`) with the flow run's
+    artifacts.
 
     ``commit_data`` snapshots data/ first (``dvc add`` + ``dvc push``; a no-op when unchanged), so
-    the recorded hash is the data actually used. ``report_prefix`` names a report per run
-    (scheduled deployments); ``report_name`` names one exactly. ``echo`` also prints progress to
-    stdout (``checkworthy run``).
+    the recorded hash is the data actually used. ``echo`` also prints progress to stdout
+    (``checkworthy run``).
     """
     t0 = time.monotonic()
-    if report_prefix and not report_name:
-        report_name = f"{report_prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    report = report or ReportOptions()
     params = load_params(Path(params_path))
     dv = version_data_task(repo, commit_data, db_url, "checkworthy-pipeline",
                            {"params": params, "limit": limit})
@@ -162,7 +178,8 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
     run_ids = [r["run_id"] for r in runs]
     if params.get("compare"):
         say(f"compared the methods on {len(compare_task(run_ids, db_url))} runs", echo)
-    ev = evaluate_task(run_ids, db_url, metrics_file, report_name, reports_dir, params.get("report"))
+    ev = evaluate_task(run_ids, db_url, report.metrics_file, report.report_name(), report.folder,
+                       params.get("report"))
     return {"runs": runs, "run_ids": run_ids, "data_version_id": dv, "validations": list(verdicts.values()),
             "report": ev["report"], "metrics": ev["metrics"], "seconds": time.monotonic() - t0}
 

@@ -27,18 +27,19 @@ from checkworthy.config import (
     model_name,
 )
 from checkworthy.flows.tasks import (
+    TaskContext,
     bounds_of,
     calibrate_task,
     compare_task,
     embed_task,
     evaluate_task,
     prepare_task,
+    run_spec,
     score_task,
     validate_task,
     version_data_task,
     write_json,
 )
-from checkworthy.store.knn import EF_SEARCH
 
 STAGES = ("validate", "embed", "score", "calibrate", "evaluate")
 METRICS = ROOT / "metrics"
@@ -79,11 +80,8 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
         write_json(METRICS / "scores.json", out)
     else:  # calibrate
         verdicts, keys = _read("validation.json"), _read("scores.json")["keys"]
-        runs = [calibrate_task(p["target"], p["test_ids"], p["label_set_id"], key, k, params["alpha"],
-                               params["threshold"], params.get("interval", "z"), dv,
-                               verdicts[p["lineage"]]["validation_run_id"], db_url,
-                               params.get("correction", "paper"), params.get("knn", "exact"),
-                               params.get("ef_search", EF_SEARCH))
+        runs = [calibrate_task(run_spec(p["target"], p["test_ids"], p["label_set_id"], key, k, params),
+                               TaskContext(db_url, dv, verdicts[p["lineage"]]["validation_run_id"]))
                 for p in prepared if verdicts[p["lineage"]]["success"] for key in keys for k in params["k"]]
         out = {"runs": runs, "blocked": sorted(n for n, v in verdicts.items() if not v["success"])}
         write_json(METRICS / "calibration.json", out)

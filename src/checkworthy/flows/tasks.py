@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from checkworthy.report.files import save_report
 from checkworthy.runs import adapt, recalibration
 from checkworthy.runs import label_updates as labels
 from checkworthy.runs.analyses import AnalysisOptions
-from checkworthy.runs.calibration_run import RunContext, RunSpec
 from checkworthy.runs.comparisons import ensure_comparison
 from checkworthy.runs.label_gate import validate_label_set
 from checkworthy.runs.main_job import (
@@ -46,8 +45,8 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import close_abandoned_runs, load_run, targets_needing_work
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.engine import get_engine
-from checkworthy.store.knn import EF_SEARCH
 from checkworthy.store.metrics import metrics_summary
+from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 
 
 def engine_for(db_url: str | None) -> Engine:
@@ -163,7 +162,7 @@ def score_chunk_task(model: str, hashes: list[str], params: dict[str, Any], db_u
     transaction: a chunk lost with its worker stores nothing and is scored again; a stored one
     is never scored again)."""
     scorer, prompt = worker_scorer(params, model, guidelines)
-    keys = score_missing(engine_for(db_url), scorer, hashes, *prompt, chunk_size=max(len(hashes), 1),
+    keys = score_missing(engine_for(db_url), scorer, hashes, prompt, chunk_size=max(len(hashes), 1),
                          flow_run_id=events.current_flow_run_id())[2]
     return [{"spec": scorer.spec, **_key_dict(k)} for k in keys.values()]
 
@@ -182,24 +181,40 @@ def announce_drift(db_url: str | None, run_ids: list[int]) -> None:
             publish_drift(r["id"], line)
 
 
+def run_spec(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
+             params: dict[str, Any]) -> RunSpec:
+    """The calibration of ``target``'s claims against a label set under a score key (as the score
+    tasks return it) at ``k``, by params.yaml's methods (the run defaults where it names none)."""
+    named = {"interval": "interval_method", "correction": "correction", "knn": "knn",
+             "ef_search": "ef_search"}
+    methods = RunMethods(k, params["alpha"], params["threshold"],
+                         **{attr: params[name] for name, attr in named.items() if name in params})
+    score_key = store.ScoreKey(key["model_id"], key["prompt_version"], key["params_hash"], key["score_kind"])
+    return RunSpec.of(target, sorted(claim_ids), label_set_id, score_key, methods)
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Where a calibration task runs: its store, the data version of its flow run and the
+    validation run that cleared its label set."""
+
+    db_url: str | None
+    data_version_id: int | None
+    validation_run_id: int | None
+
+
 @task(name="calibrate", **DB)
-def calibrate_task(target: str, claim_ids: list[int], label_set_id: int, key: dict[str, Any], k: int,
-                   alpha: float, threshold: float, interval: str, dv: int | None,
-                   validation_run_id: int | None, db_url: str | None,
-                   correction: str = "paper", knn: str = "exact", ef_search: int = EF_SEARCH,
-                   ) -> dict[str, Any]:
+def calibrate_task(spec: RunSpec, ctx: TaskContext) -> dict[str, Any]:
     """One calibration, brought up to date: reused, incremental from the previous run, or full."""
-    spec = RunSpec(target=target, claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
-                   key=store.ScoreKey(key["model_id"], key["prompt_version"], key["params_hash"],
-                                      key["score_kind"]),
-                   k=k, alpha=alpha, threshold=threshold, interval_method=interval, correction=correction,
-                   knn=knn, ef_search=ef_search)
-    out = recalibration.recalibrate(engine_for(db_url), spec, run_context(dv),
-                                    validation_run_id=validation_run_id)
+    engine = engine_for(ctx.db_url)
+    out = recalibration.recalibrate(engine, spec, run_context(ctx.data_version_id),
+                                    validation_run_id=ctx.validation_run_id)
     if out.mode != "reused":
-        announce_drift(db_url, [out.run_id])
-    return {"run_id": out.run_id, "mode": out.mode, "target": target, "k": k, "spec": key.get("spec"),
-            "score_kind": key["score_kind"], "n_recomputed": out.n_recomputed, "n_copied": out.n_copied}
+        announce_drift(ctx.db_url, [out.run_id])
+    with engine.connect() as conn:
+        model = store.model_spec(conn, spec.key.model_id)
+    return {"run_id": out.run_id, "mode": out.mode, "target": spec.target, "k": spec.k, "spec": model,
+            "score_kind": spec.key.score_kind, "n_recomputed": out.n_recomputed, "n_copied": out.n_copied}
 
 
 @task(name="recalibrate-lineage", **DB)

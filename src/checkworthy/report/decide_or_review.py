@@ -18,6 +18,7 @@ from checkworthy.report.document import Document, Heading, Image, Para, Table, c
 from checkworthy.report.formatting import fmt
 from checkworthy.report.run_groups import Group
 from checkworthy.store.review_queue import labelled_results, queued_counts
+from checkworthy.store.run_spec import DEFAULT_CORRECTION
 
 
 def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], figures: dict) -> None:
@@ -37,7 +38,7 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
         share, risk = realised([x.theta for x in res], [x.label for x in res], rule["threshold"],
                                rule["risk"], rule["margin"], status)
         within = "—" if risk is None else ("yes" if risk <= rule["max_risk"] else "**no**")
-        rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", "paper")),
+        rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", DEFAULT_CORRECTION)),
                      f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}",
                      fmt(rule["margin"]) if rule["margin"] is not None else "none passed",
                      f"{share_all:.0%}" if share_all is not None else "—", f"{len(res)}",

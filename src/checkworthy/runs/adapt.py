@@ -34,7 +34,7 @@ from checkworthy.config import ROOT
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import promotion
 from checkworthy.method.embedding_head import stratified_folds
-from checkworthy.runs.calibration_run import RunContext, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.predict import Recommended
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.scoring import score_missing
@@ -55,6 +55,7 @@ from checkworthy.store import lineages
 from checkworthy.store import model_registry as registry
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, newest_runs
+from checkworthy.store.run_spec import RunContext
 
 #: labels of each class a fold must hold (so every fit has both classes to learn and to choose its
 #: epoch on, and every fold's Platt scaling both classes to fit)
@@ -259,7 +260,7 @@ def scores_on(engine: Engine, params: Mapping[str, Any], spec: str, kind: str, t
     """``spec``'s stored score of each text (scoring those it has none for); NaN where it failed."""
     scorer, prompt = configured_scorer(params, spec)
     hashes = [store.sha256_text(t) for t in texts]
-    _, _, keys = score_missing(engine, scorer, hashes, *prompt)
+    _, _, keys = score_missing(engine, scorer, hashes, prompt)
     with engine.connect() as conn:
         rows = store.stored_predictions(conn, {kind: keys[kind]}, hashes)
     got = [rows.get((h, kind)) for h in hashes]
@@ -419,7 +420,7 @@ def recalibrate_with_champion(engine: Engine, lineage: str, params: Mapping[str,
         hashes = store.claim_text_hashes(conn, sorted(every))
     spec, kind = champion_model(params, row)
     scorer, prompt = configured_scorer(champion_params(params, row), spec)
-    keys = score_missing(engine, scorer, hashes, *prompt)[2]
+    keys = score_missing(engine, scorer, hashes, prompt)[2]
     out = []
     for target, run in newest.items():
         if run["model_id"] == keys[kind].model_id and run["params_hash"] == keys[kind].params_hash:

@@ -12,8 +12,7 @@ fitted or chosen on L is added to the run's ``params``.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,14 +20,12 @@ from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine
 
 from checkworthy.config import EMBED_MODEL
-from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
 from checkworthy.method.drift import drift, drift_status
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
-    PREDICTOR_RUNS,
     FittedCorrection,
     auto_columns,
     choose_correction,
@@ -36,7 +33,7 @@ from checkworthy.method.predictor_choice import (
     uses_head,
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive, under_drift
-from checkworthy.method.selective import RISKS, fit_review
+from checkworthy.method.selective import fit_review
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store.calibration_runs import (
     close_abandoned_runs,
@@ -49,7 +46,14 @@ from checkworthy.store.calibration_runs import (
     unlock_run_key,
 )
 from checkworthy.store.embeddings import claim_embeddings
-from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, Neighbours, load_pool, nearest_labelled
+from checkworthy.store.knn import (
+    EXACT,
+    KnnPath,
+    Neighbours,
+    leave_one_out_neighbours,
+    load_pool,
+    nearest_labelled,
+)
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
     ScoreKey,
@@ -57,75 +61,8 @@ from checkworthy.store.rows import (
     current_labels,
     label_set_fingerprint,
     max_claims_per_text,
-    sha256_text,
 )
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything that determines a calibration's result."""
-
-    target: str
-    claim_ids: tuple[int, ...]
-    label_set_id: int
-    key: ScoreKey
-    k: int
-    alpha: float = 0.05
-    threshold: float = nnppi.THRESHOLD
-    interval_method: str = "z"
-    embed_model: str = EMBED_MODEL
-    #: point correction (a :data:`RUN_CORRECTIONS` name); part of the run key like every field
-    #: (:func:`checkworthy.runs.recalibration.fast_run_key` hashes every field too: the keys agree)
-    correction: str = "paper"
-    #: the class prior decisions are made for: ``labelled`` (L's, the paper's) or ``batch`` (the
-    #: batch's share estimated under label shift, :func:`checkworthy.method.prevalence.prior_threshold`)
-    prior: str = "labelled"
-    #: decide or review (:mod:`checkworthy.method.selective`): the risk bounded among the claims
-    #: decided automatically, the bound, and the chance over L that the chosen rule exceeds it
-    review_risk: str = "error"
-    max_risk: float = 0.1
-    delta: float = 0.1
-    #: how neighbours are found (:class:`checkworthy.store.knn.KnnPath`): ``exact`` or ``hnsw``
-    #: with its ``ef_search``; an HNSW run records its recall against the exact path
-    knn: str = "exact"
-    ef_search: int = EF_SEARCH
-
-    @property
-    def knn_path(self) -> KnnPath:
-        return KnnPath(self.knn, self.ef_search)
-
-
-@dataclass
-class RunContext:
-    """Provenance attached to a run (not part of its identity); the code revision is the
-    checkout's (or the image's) unless given, so no run is stored without one."""
-
-    flow_run_id: str | None = None
-    code_rev: str = field(default_factory=git_rev)
-    data_version_id: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def run_key(spec: RunSpec, fingerprint: str) -> str:
-    """sha256 over every input of the run."""
-    body = asdict(spec) | {"claim_ids": sorted(spec.claim_ids), "fingerprint": fingerprint}
-    body["label_set_id"] = None  # the fingerprint, not the row id, identifies the labels
-    return key_of(body)
-
-
-#: how drift acts on a run's decisions (:func:`checkworthy.method.drift.drift_status`), in every run
-#: key: a run stored before drift acted sent other claims to a person, so it is never reused
-DRIFT_ACTS = "beyond the radius; all of a batch of another kind"
-
-
-def key_of(body: dict[str, Any]) -> str:
-    """The run key of a spec's fields and of how drift acts (:data:`DRIFT_ACTS`); L's prior and the
-    exact kNN, the defaults, are left out, as before those fields existed."""
-    if body.get("prior") == "labelled":
-        body = {k: v for k, v in body.items() if k != "prior"}
-    if body.get("knn", "exact") == "exact":
-        body = {k: v for k, v in body.items() if k not in ("knn", "ef_search")}
-    return sha256_text(json.dumps(body | {"drift_acts": DRIFT_ACTS}, sort_keys=True, default=str))
+from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunContext, RunSpec, run_key
 
 
 def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIResult, Any, dict]:
@@ -134,8 +71,6 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     Returns (claim ids, results, the neighbours stored with each claim, params to add to the
     run when it completes: counts and, for methods other than the paper's, what was fitted).
     """
-    check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
-                  spec.delta, spec.knn, spec.ef_search)
     scores = claim_scores(
         conn, spec.claim_ids, spec.key.model_id, spec.key.prompt_version, spec.key.params_hash,
         spec.key.score_kind,
@@ -234,43 +169,20 @@ def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: 
     pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model, spec.knn_path)
     nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
     figure = drift_params(pool.cal.dist[:, 0], nearest)
-    return figure | review_params(spec, CORRECTIONS["paper"](nb), pool.cal.y, theta, spec.threshold,
+    theta_l = CORRECTIONS[DEFAULT_CORRECTION](nb)
+    return figure | review_params(spec, theta_l, pool.cal.y, theta, spec.threshold,
                                   drift_status(nearest, figure["drift"]))
 
 
 # ------------------------------------------------------------------ interval and correction
 
 
-#: correction names a run accepts: the registry's, ``cv``, the predictors and ``auto``
-RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS, "auto")
 SPLIT_METHODS = ("conformal-split", "mondrian-split")
-
-
-PRIORS = ("labelled", "batch")
-
-
-def check_methods(interval_method: str, correction: str, prior: str = "labelled",
-                  review_risk: str = "error", max_risk: float = 0.1, delta: float = 0.1,
-                  knn: str = "exact", ef_search: int = EF_SEARCH) -> None:
-    """Refuse unknown method names, bounds outside (0, 1) and an unknown kNN path or ef_search
-    before anything is computed or stored."""
-    KnnPath(knn, ef_search)
-    if review_risk not in RISKS:
-        raise ValueError(f"unknown review risk {review_risk!r}; choose from {list(RISKS)}")
-    for name, value in (("max risk", max_risk), ("delta", delta)):
-        if not 0 < value < 1:
-            raise ValueError(f"{name} must lie in (0, 1), got {value}")
-    if prior not in PRIORS:
-        raise ValueError(f"unknown prior {prior!r}; choose from {list(PRIORS)}")
-    if interval_method not in INTERVAL_METHODS:
-        raise ValueError(f"unknown interval {interval_method!r}; choose from {sorted(INTERVAL_METHODS)}")
-    if correction not in RUN_CORRECTIONS:
-        raise ValueError(f"unknown correction {correction!r}; choose from {sorted(RUN_CORRECTIONS)}")
 
 
 def is_paper_default(spec: RunSpec) -> bool:
     """The paper's NN-PPI with its z interval: computed by the original code path, bit for bit."""
-    return spec.interval_method == "z" and spec.correction == "paper" and spec.prior == "labelled"
+    return spec.interval_method == "z" and spec.correction == DEFAULT_CORRECTION and spec.prior == "labelled"
 
 
 def neighbour_columns(k: int, interval_method: str, correction: str = "") -> int:
@@ -306,14 +218,14 @@ def labelled_pool(
 ) -> LabelledPool:
     """L as a :class:`~checkworthy.method.corrections.LabelledSet`: labels, scores, leave-one-out lists.
 
-    The lists come from the same SQL kNN as the targets' (``leave_one_out=True``: a claim never
-    lists itself or another claim with its text), nearest first, ``n_cols`` long or, for a small
+    The lists come from the same SQL kNN as the targets' (:func:`leave_one_out_neighbours`: a
+    claim never lists itself or another claim with its text), nearest first, ``n_cols`` long or, for a small
     L, as long as every claim can have (the smallest count of other-text claims, at least 1).
     """
     pool = load_pool(conn, label_set_id, key, embed_model)
     ids = pool.ids
     n_cols = max(1, min(n_cols, len(ids) - max_claims_per_text(conn, ids.tolist())))
-    loo = nearest_labelled(conn, label_set_id, ids.tolist(), n_cols, key, leave_one_out=True,
+    loo = leave_one_out_neighbours(conn, label_set_id, ids.tolist(), n_cols, key,
                            embed_model=embed_model, knn=knn)
     if not np.array_equal(loo.claim_ids, ids):
         raise RuntimeError("leave-one-out kNN did not return one list per labelled claim")
@@ -407,8 +319,6 @@ STARTING = "the start of another calibration"
 def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> int:
     """Run (or reuse) the calibration described by ``spec``; return the run id. Holding the key's
     lock, it first closes the runs a dead process left running (:func:`close_abandoned_runs`)."""
-    check_methods(spec.interval_method, spec.correction, spec.prior, spec.review_risk, spec.max_risk,
-                  spec.delta, spec.knn, spec.ef_search)
     ctx = ctx or RunContext()
     with engine.connect() as lock:
         fingerprint = label_set_fingerprint(lock, spec.label_set_id)
@@ -420,9 +330,9 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
             lock.commit()
             if existing is not None:
                 return existing
-            params = ctx.extra | {"n_claims": len(spec.claim_ids), "correction": spec.correction}
+            params = ctx.extra | {"n_claims": len(spec.claim_ids)}
             with engine.begin() as conn:
-                run_id = start_run(conn, spec, key, fingerprint, params, ctx)
+                run_id = insert_run(conn, spec, key, fingerprint, params, ctx)
             try:
                 with engine.begin() as conn:
                     _compute_and_store(conn, spec, run_id)
@@ -433,17 +343,6 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
             return run_id
         finally:
             unlock_run_key(lock, key)
-
-
-def start_run(conn: Connection, spec: RunSpec, key: str, fingerprint: str, params: dict[str, Any],
-              ctx: RunContext, parent_run_id: int | None = None, mode: str | None = None) -> int:
-    """Insert ``spec``'s run as running, with ``params`` and ``ctx``'s provenance; return its id.
-    A run with a parent is an incremental one unless ``mode`` says otherwise (``served``)."""
-    return insert_run(
-        conn, key, spec.target, spec.claim_ids, spec.label_set_id, fingerprint, spec.key,
-        spec.embed_model, spec.k, spec.alpha, spec.threshold, spec.interval_method, params,
-        ctx.flow_run_id, ctx.code_rev, ctx.data_version_id, parent_run_id=parent_run_id,
-        mode=mode or ("full" if parent_run_id is None else "incremental"))
 
 
 def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:

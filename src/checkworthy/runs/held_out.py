@@ -45,6 +45,7 @@ from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
+from checkworthy.store.run_spec import DEFAULT_CORRECTION
 
 #: predictors compared by default: (model spec, score kind)
 DEFAULT_PREDICTORS = (
@@ -56,7 +57,7 @@ DEFAULT_PREDICTORS = (
     ("embedded:gemma3-270m", "token_prob"),
     ("embedded:gemma3-270m-fewshot", "p_yes"),
 )
-PAPER = {"correction": "paper", "interval": "z", "k": 10, "prior": "labelled"}
+PAPER = {"correction": DEFAULT_CORRECTION, "interval": "z", "k": 10, "prior": "labelled"}
 #: model kinds whose ``mode`` option selects the score kinds they compute
 LANGUAGE_MODELS = ("embedded", "ollama")
 
@@ -223,8 +224,8 @@ def evaluate_held_out(
             y = np.array([r.label for r in unl])
             for name, rec in methods(base).items():
                 target = work / "out" / f"{label}-{event.name}-{name}".replace(" ", "_").replace(":", "_")
-                outcome = predict_files(engine, l_files[event.dataset], lab, u_files[event.name], unl,
-                                        target.with_suffix(".csv"), rec, scorer, prompt)
+                outcome = predict_files(engine, (l_files[event.dataset], u_files[event.name]), (lab, unl),
+                                        target.with_suffix(".csv"), rec, (scorer, prompt))
                 with engine.connect() as conn:
                     rows = {r["source_id"]: r for r in load_results(conn, outcome.run_id)}
                     stored = load_run(conn, outcome.run_id)["params"]

@@ -102,7 +102,6 @@ def score_claims(
     """Score the claims' texts that lack a score under this scorer; show progress."""
     with engine.connect() as conn:
         hashes = store.claim_text_hashes(conn, claim_ids)
-    version, guidelines, template = prompt
     t0 = time.monotonic()
 
     def progress(done: int, total: int) -> None:
@@ -110,7 +109,7 @@ def score_claims(
         echo(f"  scored {done}/{total} texts with {scorer.spec} ({rate:.1f}/s, "
              f"~{(total - done) / max(rate, 1e-9) / 60:.1f} min left)")
 
-    n_new, n_old, keys = score_missing(engine, scorer, hashes, version, guidelines, template,
+    n_new, n_old, keys = score_missing(engine, scorer, hashes, prompt,
                                        chunk_size=chunk_size, flow_run_id=flow_run_id,
                                        progress=progress)
     echo(f"  {scorer.spec}: {n_new} texts scored now, {n_old} reused from the store")

@@ -25,13 +25,13 @@ from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError, OutputUnwritable
 from checkworthy.method import metrics
-from checkworthy.runs.calibration_run import RunContext, RunSpec, run_calibration
+from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
-from checkworthy.store.knn import EXACT, KnnPath
 from checkworthy.store.review_queue import entries_of_run
+from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review"]
 
@@ -131,31 +131,12 @@ class CalibrateOutcome:
     drift: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class Review:
-    """What decide-or-review bounds: the risk, its bound, the chance over L of exceeding it."""
-
-    risk: str = "error"
-    max_risk: float = 0.1
-    delta: float = 0.1
-
-
-DEFAULT_REVIEW = Review()
-
-
-def calibrate_files(
-    engine: Engine, labeled: Path, unlabeled: Path, k: int, out: Path,
-    alpha: float = 0.05, threshold: float = 0.5, model: str = "file:imported",
-    interval: str = "z", correction: str = "paper", review: Review = DEFAULT_REVIEW, knn: KnnPath = EXACT,
-    lineage: str | None = None,
-) -> CalibrateOutcome:
-    """Validate both files, store them, calibrate U against L in SQL and write ``out``.
-
-    ``interval``/``correction`` name the methods (:mod:`checkworthy.method.intervals`,
-    :mod:`checkworthy.method.corrections`, or ``"cv"``); the defaults are the paper's NN-PPI.
-    ``lineage`` names L's lineage (default: :func:`labelled_lineage`).
-    """
-    lab, unl = read_scored_files(labeled, unlabeled, k)
+def calibrate_files(engine: Engine, labeled: Path, unlabeled: Path, out: Path, methods: RunMethods,
+                    model: str = "file:imported", lineage: str | None = None) -> CalibrateOutcome:
+    """Validate both files, store them (L in ``lineage``, default :func:`labelled_lineage`),
+    calibrate U against L in SQL by ``methods`` (their defaults: the paper's NN-PPI) and write
+    ``out``."""
+    lab, unl = read_scored_files(labeled, unlabeled, methods.k)
     files = store_files(engine, labeled, lab, unlabeled, unl, lineage)
     with engine.begin() as conn:
         model_id = store.ensure_model(conn, model, "file")
@@ -165,8 +146,7 @@ def calibrate_files(
              for r in lab + unl],
         )
     key = store.ScoreKey(model_id, "none", store.params_hash(files.params), "imported")
-    return calibrate_stored(engine, files, key, k, out, alpha, threshold, interval, correction, review=review,
-                            knn=knn)
+    return calibrate_stored(engine, files, key, methods, out)
 
 
 def check_k(labeled: Path, lab: list[Row], k: int) -> None:
@@ -228,18 +208,15 @@ def store_files(
     return StoredFiles(lab, unl, params, u_ids, ls, target)
 
 
-def calibrate_stored(
-    engine: Engine, files: StoredFiles, key: store.ScoreKey, k: int, out: Path, alpha: float,
-    threshold: float, interval: str, correction: str, prior: str = "labelled",
-    review: Review = DEFAULT_REVIEW, knn: KnnPath = EXACT,
-) -> CalibrateOutcome:
-    """Calibrate the stored U against L under ``key``, write ``out``, and measure if U has labels."""
+def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, methods: RunMethods,
+                     out: Path) -> CalibrateOutcome:
+    """Calibrate the stored U against L under ``key`` by ``methods``, write ``out``, and measure if
+    U has labels."""
     lab, unl, u_ids = files.lab, files.unl, files.u_ids
     labelled_texts = {r.text for r in lab}
     in_labeled = [r.line for r in unl if r.text in labelled_texts]
-    spec = RunSpec(files.target, tuple(u_ids), files.label_set_id, key, k, alpha, threshold,
-                   interval_method=interval, correction=correction, prior=prior, review_risk=review.risk,
-                   max_risk=review.max_risk, delta=review.delta, knn=knn.path, ef_search=knn.ef_search)
+    spec = RunSpec.of(files.target, u_ids, files.label_set_id, key, methods)
+    threshold = methods.threshold
     run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled),
                                                              "inputs": files.params}))
     with engine.connect() as conn:

@@ -18,7 +18,6 @@ from sqlalchemy import Engine
 
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
-    Review,
     Row,
     calibrate_stored,
     check_distinct_ids,
@@ -30,7 +29,8 @@ from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
 from checkworthy.store import rows as store
-from checkworthy.store.knn import EF_SEARCH, KnnPath
+from checkworthy.store.knn import EF_SEARCH
+from checkworthy.store.run_spec import RunMethods
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,13 @@ class Recommended:
     delta: float = 0.1
     knn: str = "exact"
     ef_search: int = EF_SEARCH
+
+    @property
+    def methods(self) -> RunMethods:
+        """How U is calibrated (checked when built: one-line ``ValueError``)."""
+        return RunMethods(self.k, self.alpha, self.threshold, self.interval, correction=self.correction,
+                          prior=self.prior, review_risk=self.review_risk, max_risk=self.max_risk,
+                          delta=self.delta, knn=self.knn, ef_search=self.ef_search)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
@@ -74,15 +81,15 @@ def check_score_kind(rec: Recommended, scorer: Scorer) -> None:
 
 
 def predict_files(
-    engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row], out: Path,
-    rec: Recommended, scorer: Scorer, prompt: PromptInfo, lineage: str | None = None,
+    engine: Engine, paths: tuple[Path, Path], rows: tuple[list[Row], list[Row]], out: Path,
+    rec: Recommended, scored_by: tuple[Scorer, PromptInfo], lineage: str | None = None,
 ) -> CalibrateOutcome:
-    """Store L and U (rows from :func:`read_files`), score their texts with ``scorer`` (checked
-    by :func:`check_score_kind`), calibrate U against L (of ``lineage``, default L's own), write
-    ``out``."""
+    """Store L and U (``paths``, and their ``rows`` from :func:`read_files`), score their texts
+    with ``scored_by``'s scorer (checked by :func:`check_score_kind`), calibrate U against L (of
+    ``lineage``, default L's own), write ``out``."""
+    (labeled, unlabeled), (lab, unl) = paths, rows
+    scorer, prompt = scored_by
     files = store_files(engine, labeled, lab, unlabeled, unl, lineage)
     hashes = [store.sha256_text(r.text) for r in lab + unl]
-    _, _, keys = score_missing(engine, scorer, hashes, *prompt)
-    return calibrate_stored(engine, files, keys[rec.score_kind], rec.k, out, rec.alpha, rec.threshold,
-                            rec.interval, rec.correction, rec.prior,
-                            Review(rec.review_risk, rec.max_risk, rec.delta), KnnPath(rec.knn, rec.ef_search))
+    _, _, keys = score_missing(engine, scorer, hashes, prompt)
+    return calibrate_stored(engine, files, keys[rec.score_kind], rec.methods, out)

@@ -64,16 +64,12 @@ from checkworthy.method.drift import drift_status
 from checkworthy.method.metrics import metric_rows
 from checkworthy.runs.calibration_run import (
     STARTING,
-    RunContext,
-    RunSpec,
     is_paper_default,
-    key_of,
     knn_record,
     raw_score_prevalence,
     recall_sample,
     rule_and_drift,
     run_calibration,
-    start_run,
 )
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store import recalibration as recal_store
@@ -84,6 +80,7 @@ from checkworthy.store.calibration_runs import (
     find_complete_run,
     find_parent_run,
     has_unlabelled_results,
+    insert_run,
     load_run,
     lock_run_key,
     result_values,
@@ -91,7 +88,7 @@ from checkworthy.store.calibration_runs import (
     stored_neighbour_ids,
     unlock_run_key,
 )
-from checkworthy.store.knn import KnnPath, nearest_labelled
+from checkworthy.store.knn import nearest_labelled
 from checkworthy.store.lineages import target_claim_ids
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
@@ -102,6 +99,7 @@ from checkworthy.store.rows import (
     label_set_fingerprint,
     model_spec,
 )
+from checkworthy.store.run_spec import RunContext, RunSpec, key_of
 
 #: above this share of added claims in the new pool a full run is cheaper
 MAX_ADDED_SHARE = 0.5
@@ -184,9 +182,7 @@ def incremental_applies(spec: RunSpec) -> bool:
 def find_parent(conn: Connection, spec: RunSpec) -> int | None:
     """The newest complete run of the same calibration, by the same kNN path, on a version of the
     same lineage."""
-    return find_parent_run(conn, spec.target, spec.label_set_id, spec.key, spec.embed_model, spec.k,
-                           spec.alpha, spec.threshold, spec.interval_method, spec.correction,
-                           spec.knn_path.as_dict())
+    return find_parent_run(conn, spec)
 
 
 def same_knn_path(run: Any, spec: RunSpec) -> bool:
@@ -474,7 +470,7 @@ def incremental_knn_record(conn: Connection, spec: RunSpec, run_id: int, claim_i
 
 
 def fast_run_key(spec: RunSpec, fingerprint: str) -> str:
-    """:func:`checkworthy.runs.calibration_run.run_key`, without ``asdict`` deep-copying 100k claim ids.
+    """:func:`checkworthy.store.run_spec.run_key`, without ``asdict`` deep-copying 100k claim ids.
 
     Must equal ``run_key`` (tests check it): an incremental run and a full run of the same inputs
     share one key, so either is reused by the other.
@@ -529,7 +525,7 @@ def recalibrate(
                 return recalibrate(engine, spec, ctx, force_full=True)
             params = ctx.extra | {"n_claims": len(spec.claim_ids)}
             with engine.begin() as conn:
-                run_id = start_run(conn, spec, key, fingerprint, params, ctx, parent_run_id=parent)
+                run_id = insert_run(conn, spec, key, fingerprint, params, ctx, parent, "incremental")
             try:
                 # the plan reads on one connection while a second fetches exact distances and the
                 # store's transaction copies the unaffected rows it reports on a third
@@ -557,18 +553,7 @@ def recalibrate(
 
 def spec_from_run(run: Any, label_set_id: int, claim_ids: Sequence[int]) -> RunSpec:
     """The same calibration as ``run`` on another label set and the target's current claims."""
-    params = run["params"] or {}
-    review = params.get("review") or {}
-    path = KnnPath.recorded_by(params.get("knn"))
-    return RunSpec(
-        target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
-        key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
-        k=run["k"], alpha=run["alpha"], threshold=run["threshold"], interval_method=run["interval_method"],
-        embed_model=run["embed_model"], correction=params.get("correction", "paper"),
-        prior="batch" if (params.get("prior") or {}).get("mode") == "batch" else "labelled",
-        review_risk=review.get("risk", "error"), max_risk=review.get("max_risk", 0.1),
-        delta=review.get("delta", 0.1), knn=path.path, ef_search=path.ef_search,
-    )
+    return RunSpec.from_row(run, label_set_id, claim_ids)
 
 
 def recalibrate_lineage(

@@ -116,7 +116,7 @@ def score_csv(
         rate = done / max(time.monotonic() - t0, 1e-9)
         echo(f"  scored {done}/{total} texts with {scorer.spec} ({rate:.1f}/s)")
 
-    n_new, n_old, keys = score_missing(engine, scorer, hashes, *prompt, chunk_size=options.chunk_size,
+    n_new, n_old, keys = score_missing(engine, scorer, hashes, prompt, chunk_size=options.chunk_size,
                                        progress=progress)
     with engine.connect() as conn:
         preds = store.stored_predictions(conn, keys, hashes)

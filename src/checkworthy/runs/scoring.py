@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Engine
 
 from checkworthy.scorers.base import Score, Scorer
+from checkworthy.scorers.registry import NO_PROMPT, PromptInfo
 from checkworthy.store import rows as store
 
 Progress = Callable[[int, int], None]
@@ -22,17 +23,17 @@ def score_missing(
     engine: Engine,
     scorer: Scorer,
     text_hashes: Sequence[str],
-    prompt_version: str,
-    prompt_guidelines: str = "",
-    prompt_template: str = "",
+    prompt: PromptInfo = NO_PROMPT,
     chunk_size: int = 64,
     flow_run_id: str | None = None,
     progress: Progress | None = None,
 ) -> tuple[int, int, dict[str, store.ScoreKey]]:
-    """Score every text lacking a prediction.
+    """Score every text lacking a prediction under ``prompt`` (version, guidelines, template;
+    ``NO_PROMPT`` for a scorer that reads none).
 
     Returns (scored now, already stored, the stored key of each score kind).
     """
+    prompt_version, prompt_guidelines, prompt_template = prompt
     params = scorer.params()
     with engine.begin() as conn:
         model_id = store.ensure_model(conn, scorer.spec, scorer.spec.split(":", 1)[0], params)
@@ -41,8 +42,8 @@ def score_missing(
         todo = store.unscored_texts(conn, text_hashes, model_id, prompt_version,
                                     store.params_hash(params), scorer.score_kinds)
     members = getattr(scorer, "members", None)  # an ensemble: its members' own stored scores
-    member_keys = [score_missing(engine, m, [h for h, _ in todo], prompt_version, prompt_guidelines,
-                                 prompt_template, chunk_size, flow_run_id, progress)[2]["p_positive"]
+    member_keys = [score_missing(engine, m, [h for h, _ in todo], prompt, chunk_size, flow_run_id,
+                                 progress)[2]["p_positive"]
                    for m in members or ()]
     total = len(todo)
     done = 0

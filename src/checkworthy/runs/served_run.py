@@ -36,14 +36,11 @@ from checkworthy.method.predictor_choice import FittedCorrection, uses_head
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import (
     LabelledPool,
-    RunContext,
     apply_run,
     fit_run,
     is_paper_default,
     labelled_pool,
     neighbour_columns,
-    run_key,
-    start_run,
 )
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.review_queue import queue_run
@@ -52,9 +49,10 @@ from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, make_scorer, model_options
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
-from checkworthy.store.calibration_runs import complete_run, insert_results, load_run
+from checkworthy.store.calibration_runs import complete_run, insert_results, insert_run, load_run
 from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
 from checkworthy.store.knn import Neighbours, nearest_labelled
+from checkworthy.store.run_spec import RunContext, run_key
 from checkworthy.store.served_runs import insert_request, lineage_dataset
 
 SPLIT = "api"
@@ -215,7 +213,7 @@ class ServedRun:
             store.store_texts(conn, list(dict.fromkeys(texts)))
             ensure_embeddings(conn, hashes)
         with self._score_lock:  # one model, one batch at a time (the model is not thread-safe)
-            score_missing(self.engine, self.scorer, hashes, *self.prompt)
+            score_missing(self.engine, self.scorer, hashes, self.prompt)
         uid = uuid.uuid4()
         with self.engine.begin() as conn:
             claims = [store.NewClaim(self.dataset, SPLIT, f"api:{uid}:{i}", t) for i, t in enumerate(texts)]
@@ -231,7 +229,7 @@ class ServedRun:
                 if self.rule is not None:
                     flags = self.rule.review(res.theta, status) == 1
                     reasons = self.rule.reasons(res.theta, status)
-                run_id = self._store_run(conn, uid, ids, res, nb, flags, figure, status)
+                run_id = self._store_run(conn, uid, ids, (res, nb), flags, figure)
                 names = store.claim_source_ids(conn, [int(n) for n in nb.neighbor_ids.ravel()])
             insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids)
         results = []
@@ -251,23 +249,25 @@ class ServedRun:
                 far=bool(status[j] == FAR)))
         return Submission(uid, run_id, results, figure)
 
-    def _store_run(self, conn: Connection, uid: uuid.UUID, ids: Sequence[int], res: nnppi.NNPPIResult,
-                   nb: Neighbours, flags: np.ndarray | None, figure: dict[str, Any], status: np.ndarray,
-                   ) -> int:
-        """The request's run (mode ``served``), its results, queue entries and drift ``figure``;
-        ``flags`` are the review flags of its results (None: the run has no rule), ``status``
-        their drift status (:func:`checkworthy.method.drift.drift_status`)."""
+    def _store_run(self, conn: Connection, uid: uuid.UUID, ids: Sequence[int],
+                   got: tuple[nnppi.NNPPIResult, Neighbours], flags: np.ndarray | None,
+                   figure: dict[str, Any]) -> int:
+        """The request's run (mode ``served``), its results (``got``: the results and their
+        neighbours), queue entries and drift ``figure``; ``flags`` are the review flags of its
+        results (None: the run has no rule)."""
+        res, nb = got
         spec = replace(self.spec, target=f"api:{uid}", claim_ids=tuple(sorted(int(i) for i in ids)))
         fp = self.run["label_set_fingerprint"]
         params: dict[str, Any] = {"correction": spec.correction, "served_run_id": self.run_id,
                                   "n_claims": len(ids), "n_calibrated": len(nb.claim_ids),
                                   "n_without_score": len(ids) - len(nb.claim_ids), "drift": figure}
-        run_id = start_run(conn, spec, run_key(spec, fp), fp, {"correction": spec.correction},
-                           RunContext(code_rev=self.code_rev), parent_run_id=self.run_id, mode="served")
+        run_id = insert_run(conn, spec, run_key(spec, fp), fp, {}, RunContext(code_rev=self.code_rev),
+                            self.run_id, "served")
         insert_results(conn, run_id, nb.claim_ids, res, nb.neighbor_ids, nb.distances)
         if flags is not None:
             share = float(np.mean(~flags))
             params["review"] = dict(self.run["params"]["review"]) | {"automated_share": share}
-            queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta, status)
+            queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta,
+                      drift_status(nb.distances[:, 0], figure))
         complete_run(conn, run_id, params)
         return run_id

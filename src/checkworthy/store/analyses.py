@@ -13,6 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from checkworthy.store.run_spec import DEFAULT_CORRECTION
+
 RUNS_SQL = text(
     """SELECT r.*, m.spec AS model_spec, m.kind AS model_kind, m.details AS model_details,
               ls.name AS label_set_name, ls.n_items, ls.n_positive,
@@ -74,11 +76,11 @@ def score_param_siblings(conn: Connection, run: Mapping[str, Any]) -> list[Any]:
                   AND r.model_id = :m AND r.prompt_version = :pv AND r.score_kind = :sk AND r.k = :k
                   AND r.alpha = :a AND r.threshold = :th AND r.interval_method = :im
                   AND r.embed_model = :em
-                  AND coalesce(r.params->>'correction', 'paper') = :co ORDER BY r.id"""),
+                  AND coalesce(r.params->>'correction', CAST(:dc AS text)) = :co ORDER BY r.id"""),
         {"t": run["target"], "fp": run["label_set_fingerprint"], "m": run["model_id"],
          "pv": run["prompt_version"], "sk": run["score_kind"], "k": run["k"], "a": run["alpha"],
          "th": run["threshold"], "im": run["interval_method"], "em": run["embed_model"],
-         "co": (run["params"] or {}).get("correction", "paper")},
+         "co": (run["params"] or {}).get("correction", DEFAULT_CORRECTION), "dc": DEFAULT_CORRECTION},
     ).all()
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.knn import UNRECORDED
-from checkworthy.store.rows import ScoreKey
+from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunContext, RunSpec
 
 #: the columns of a result row, in the order the writers give them
 RESULT_COLUMNS = ("run_id", "claim_id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean",
@@ -93,28 +93,28 @@ def find_complete_run(conn: Connection, run_key: str) -> int | None:
 
 
 def insert_run(
-    conn: Connection, run_key: str, target: str, claim_ids: Sequence[int], label_set_id: int,
-    fingerprint: str, key: ScoreKey, embed_model: str, k: int, alpha: float, threshold: float,
-    interval_method: str, params: Mapping[str, Any], flow_run_id: str | None, code_rev: str,
-    data_version_id: int | None, parent_run_id: int | None = None, mode: str = "full",
+    conn: Connection, spec: RunSpec, run_key: str, fingerprint: str, params: Mapping[str, Any],
+    ctx: RunContext, parent_run_id: int | None = None, mode: str = "full",
 ) -> int:
-    """Insert a ``running`` run naming its target claims; return its id. An ``incremental``
-    run names its parent. The database completes a run only with a result for each target claim
-    that has a usable score (migration 0007)."""
+    """Insert ``spec``'s run (:meth:`RunSpec.to_row`) as ``running``, with ``params`` and ``ctx``'s
+    provenance; return its id. An ``incremental`` or ``served`` run names its parent. The database
+    completes a run only with a result for each target claim that has a usable score (migration
+    0007) and refuses one without a code revision (migration 0016)."""
+    row = spec.to_row()
     return conn.execute(
         text(
             """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
                model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
                interval_method, params, status, flow_run_id, code_rev, data_version_id, parent_run_id,
                mode, claim_ids)
-               VALUES (:key, :t, :ls, :fp, :m, :pv, :ph, :sk, :em, :k, :a, :th, :im, CAST(:p AS jsonb),
-               'running', :fr, :cr, :dv, :parent, :mode, :ids) RETURNING id"""
+               VALUES (:run_key, :target, :label_set_id, :fp, :model_id, :prompt_version, :params_hash,
+               :score_kind, :embed_model, :k, :alpha, :threshold, :interval_method, CAST(:p AS jsonb),
+               'running', :fr, :cr, :dv, :parent, :mode, :claim_ids) RETURNING id"""
         ),
-        {"key": run_key, "t": target, "ls": label_set_id, "fp": fingerprint, "m": key.model_id,
-         "pv": key.prompt_version, "ph": key.params_hash, "sk": key.score_kind, "em": embed_model,
-         "k": k, "a": alpha, "th": threshold, "im": interval_method, "p": json.dumps(dict(params)),
-         "fr": flow_run_id, "cr": code_rev, "dv": data_version_id, "parent": parent_run_id, "mode": mode,
-         "ids": sorted({int(i) for i in claim_ids})},
+        {name: value for name, value in row.items() if name != "params"}
+        | {"run_key": run_key, "fp": fingerprint, "p": json.dumps(dict(params) | row["params"]),
+               "fr": ctx.flow_run_id, "cr": ctx.code_rev, "dv": ctx.data_version_id, "parent": parent_run_id,
+               "mode": mode},
     ).scalar_one()
 
 
@@ -206,30 +206,27 @@ def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
 # ---- which runs are in force ------------------------------------------------------------------
 
 
-def find_parent_run(
-    conn: Connection, target: str, label_set_id: int, key: ScoreKey, embed_model: str, k: int,
-    alpha: float, threshold: float, interval_method: str, correction: str, knn: Mapping[str, Any],
-) -> int | None:
-    """The newest complete run of the same calibration on any version of ``label_set_id``'s lineage,
-    whose neighbours were found the same way: its recorded ``params->'knn'`` holds every field of
-    ``knn`` (a :meth:`checkworthy.store.knn.KnnPath.as_dict`; a run that records none was exact;
-    an HNSW run: the same ``ef_search`` and index build)."""
+def find_parent_run(conn: Connection, spec: RunSpec) -> int | None:
+    """The newest complete run of ``spec``'s calibration on any version of its label set's
+    lineage, whose neighbours were found the same way: its recorded ``params->'knn'`` holds every
+    field of the spec's (:meth:`checkworthy.store.knn.KnnPath.as_dict`; a run that records none
+    was exact; an HNSW run: the same ``ef_search`` and index build)."""
     return conn.execute(
         text(
             """SELECT r.id FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
-               WHERE r.status = 'complete' AND r.target = :t
-                 AND ls.name = (SELECT name FROM label_sets WHERE id = :ls)
-                 AND r.model_id = :m AND r.prompt_version = :pv AND r.params_hash = :ph
-                 AND r.score_kind = :sk AND r.embed_model = :em AND r.k = :k AND r.alpha = :a
-                 AND r.threshold = :th AND r.interval_method = :im
-                 AND coalesce(r.params->>'correction', 'paper') = :corr
+               WHERE r.status = 'complete' AND r.target = :target
+                 AND ls.name = (SELECT name FROM label_sets WHERE id = :label_set_id)
+                 AND r.model_id = :model_id AND r.prompt_version = :prompt_version
+                 AND r.params_hash = :params_hash AND r.score_kind = :score_kind
+                 AND r.embed_model = :embed_model AND r.k = :k AND r.alpha = :alpha
+                 AND r.threshold = :threshold AND r.interval_method = :interval_method
+                 AND coalesce(r.params->>'correction', CAST(:default_correction AS text)) = :correction
                  AND coalesce(r.params->'knn', CAST(:unrecorded AS jsonb)) @> CAST(:knn AS jsonb)
                ORDER BY r.id DESC LIMIT 1"""
         ),
-        {"t": target, "ls": label_set_id, "m": key.model_id, "pv": key.prompt_version,
-         "ph": key.params_hash, "sk": key.score_kind, "em": embed_model, "k": k, "a": alpha,
-         "th": threshold, "im": interval_method, "corr": correction, "knn": json.dumps(dict(knn)),
-         "unrecorded": json.dumps(UNRECORDED)},
+        {name: value for name, value in spec.to_row().items() if name not in ("params", "claim_ids")}
+        | {"correction": spec.correction, "default_correction": DEFAULT_CORRECTION,
+           "knn": json.dumps(spec.knn_path.as_dict()), "unrecorded": json.dumps(UNRECORDED)},
     ).scalar()
 
 
@@ -255,7 +252,7 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
                  SELECT r.*, row_number() OVER (
                    PARTITION BY r.target, r.model_id, r.params_hash, r.score_kind, r.embed_model, r.k,
                                 r.alpha, r.threshold, r.interval_method,
-                                coalesce(r.params->>'correction', 'paper'),
+                                coalesce(r.params->>'correction', CAST(:dc AS text)),
                                 coalesce(r.params->'knn', CAST(:unrecorded AS jsonb))->>'path',
                                 r.params->'knn'->>'ef_search'
                                 ORDER BY r.id DESC) AS n,
@@ -267,7 +264,7 @@ def runs_in_force(conn: Connection, label_set_name: str) -> list[Any]:
                  WHERE t.label_set_name = :n AND r.status = 'complete')
                SELECT * FROM r WHERE n = 1 AND prompt_rank = 1 ORDER BY id"""
         ),
-        {"n": label_set_name, "unrecorded": json.dumps(UNRECORDED)},
+        {"n": label_set_name, "unrecorded": json.dumps(UNRECORDED), "dc": DEFAULT_CORRECTION},
     ).mappings())
 
 

@@ -261,28 +261,37 @@ EXACT = KnnPath()
 
 
 def nearest_labelled(
-    conn: Connection,
-    label_set_id: int,
-    claim_ids: Sequence[int],
-    k: int,
-    key: ScoreKey,
-    leave_one_out: bool = False,
-    embed_model: str = EMBED_MODEL,
-    knn: KnnPath = EXACT,
+    conn: Connection, label_set_id: int, claim_ids: Sequence[int], k: int, key: ScoreKey,
+    embed_model: str = EMBED_MODEL, knn: KnnPath = EXACT,
 ) -> Neighbours:
     """The k nearest labelled claims of each claim in ``claim_ids``, in one statement.
 
-    ``leave_one_out`` excludes labelled claims with the query's own text (for cross-validation
-    on the labelled set itself). Claims with no embedding are absent from the answer; a claim
-    with fewer than k eligible neighbours raises ``ValueError``. ``knn`` picks the path (the
-    HNSW path first copies the label set's vectors into the index, once).
+    Claims with no embedding are absent from the answer; a claim with fewer than k eligible
+    neighbours raises ``ValueError``. ``knn`` picks the path (the HNSW path first copies the
+    label set's vectors into the index, once).
     """
-    params = key_params(label_set_id, key, embed_model) | {
-        "claim_ids": list(map(int, claim_ids)), "k": k, "leave_one_out": leave_one_out}
+    return _nearest(conn, key_params(label_set_id, key, embed_model) | {
+        "claim_ids": list(map(int, claim_ids)), "k": k, "leave_one_out": False}, knn)
+
+
+def leave_one_out_neighbours(
+    conn: Connection, label_set_id: int, claim_ids: Sequence[int], k: int, key: ScoreKey,
+    embed_model: str = EMBED_MODEL, knn: KnnPath = EXACT,
+) -> Neighbours:
+    """:func:`nearest_labelled` leaving out the labelled claims with the query's own text (its
+    leave-one-out lists, for cross-validation on the labelled set itself)."""
+    return _nearest(conn, key_params(label_set_id, key, embed_model) | {
+        "claim_ids": list(map(int, claim_ids)), "k": k, "leave_one_out": True}, knn)
+
+
+def _nearest(conn: Connection, params: dict[str, Any], knn: KnnPath) -> Neighbours:
+    """The kNN statement of ``knn``'s path with ``params`` (:func:`key_params`, the claim ids,
+    ``k`` and ``leave_one_out``)."""
+    label_set_id, k = params["label_set_id"], params["k"]
     if knn.path == "exact":
         rows = conn.execute(KNN_SQL, params).all()
     else:
-        conn.execute(INDEX_LABELLED_SQL, {"label_set_id": label_set_id, "embed_model": embed_model})
+        conn.execute(INDEX_LABELLED_SQL, {"label_set_id": label_set_id, "embed_model": params["embed_model"]})
         params["pool_hashes"] = list(conn.execute(POOL_TEXTS_SQL, params).scalars())
         # an ordered scan of the HNSW index whatever the statistics say: without these, a pool that
         # is most of the index is read through the primary key and sorted (an exact search, 50x

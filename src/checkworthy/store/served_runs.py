@@ -13,6 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from checkworthy.store.run_spec import DEFAULT_CORRECTION
+
 #: the run fields a server may be pinned to (``checkworthy serve --model ... --k ...``)
 SELECTORS = ("model", "score_kind", "k", "correction", "interval")
 
@@ -33,11 +35,11 @@ def newest_run(conn: Connection, lineage: str, selection: Mapping[str, Any] | No
                  AND (CAST(:score_kind AS text) IS NULL OR r.score_kind = :score_kind)
                  AND (CAST(:k AS int) IS NULL OR r.k = :k)
                  AND (CAST(:correction AS text) IS NULL
-                      OR coalesce(r.params->>'correction', 'paper') = :correction)
+                      OR coalesce(r.params->>'correction', CAST(:dc AS text)) = :correction)
                  AND (CAST(:interval AS text) IS NULL OR r.interval_method = :interval)
                ORDER BY r.id DESC LIMIT 1"""
         ),
-        {"lineage": lineage, "run_id": run_id} | sel,
+        {"lineage": lineage, "run_id": run_id, "dc": DEFAULT_CORRECTION} | sel,
     ).scalar()
 
 
