@@ -1,4 +1,4 @@
-"""The served deployments (src/checkworthy/flows/deploy.py) and the worker's (prefect.yaml) are the same six:
+"""The served deployments (flows/deploy.py) and the worker's (prefect.yaml) are the same six:
 same flows, schedules, event triggers and concurrency limits."""
 
 

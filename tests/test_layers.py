@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "checkworthy"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "checkworthy"
+#: the flows sit in the top-level flows/, installed as checkworthy.flows (pyproject's package-dir)
+FLOWS = ROOT / "flows"
 
 #: bottom to top; a module may import its own layer and the layers below it, never above
 LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "serve", "cli"]
@@ -23,7 +26,9 @@ LAZY_ALLOWED = {"cli"}
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    base = ROOT if path.is_relative_to(FLOWS) else PACKAGE.parent
+    parts = path.relative_to(base).with_suffix("").parts
+    parts = ("checkworthy", *parts) if path.is_relative_to(FLOWS) else parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -70,7 +75,8 @@ def graph() -> dict[str, list[tuple[str, int, bool]]]:
     return edges
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+SOURCES = sorted([*PACKAGE.rglob("*.py"), *FLOWS.rglob("*.py")])
+MODULES = {module_name(p): p for p in SOURCES}
 EDGES = graph()
 
 
@@ -81,7 +87,7 @@ def test_every_module_sits_in_a_layer():
 
 def test_imports_only_go_downwards():
     upward = [
-        f"{MODULES[src].relative_to(PACKAGE.parent)}:{line}: {src} ({layer_of(src)}) imports "
+        f"{MODULES[src].relative_to(ROOT)}:{line}: {src} ({layer_of(src)}) imports "
         f"{dst} ({layer_of(dst)})"
         for src, targets in EDGES.items() for dst, line, _ in targets
         if LAYERS.index(layer_of(dst)) > LAYERS.index(layer_of(src))
@@ -136,18 +142,18 @@ def test_package_imports_sit_at_the_top():
     """A checkworthy import inside a function hides a dependency (and often a cycle); only the
     command line defers them, so that ``checkworthy --help`` starts without Prefect or torch, and
     the scorer registry, marked, so that a backend's heavy library loads only when it is used."""
-    hidden = [f"{MODULES[src].relative_to(PACKAGE.parent)}:{line}: {dst}"
+    hidden = [f"{MODULES[src].relative_to(ROOT)}:{line}: {dst}"
               for src, targets in EDGES.items() for dst, line, lazy in targets
               if lazy and layer_of(src) not in LAZY_ALLOWED and not deferred_on_purpose(MODULES[src], line)]
     assert not hidden, "checkworthy imports inside functions:\n" + "\n".join(hidden)
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_sys_path_edits(path: Path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
-            raise AssertionError(f"{path.relative_to(PACKAGE)}:{node.lineno} uses sys.path")
+            raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} uses sys.path")
 
 
 def test_dvc_stages_name_code_that_exists():
@@ -155,7 +161,7 @@ def test_dvc_stages_name_code_that_exists():
     moved module cannot silently drop out of what ``dvc repro`` watches."""
     import yaml
 
-    root = PACKAGE.parents[1]
+    root = ROOT
     stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     for name, stage in stages.items():
         module = stage["cmd"].split("python -m ", 1)[1].split()[0]
@@ -166,13 +172,27 @@ def test_dvc_stages_name_code_that_exists():
 
 def test_readme_layout_matches_the_tree():
     """The README's layout table has a row per layer naming each of its modules, and no other."""
-    readme = (PACKAGE.parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `src/checkworthy/([a-z_]*)/?` \|(.*)\|$", table, re.M))
+    rows["flows"] = re.search(r"^\| `flows/` [^|]*\|(.*)\|$", table, re.M).group(1)
     for layer in LAYERS:
         folder = "" if layer == "foundation" else layer
         assert folder in rows, f"README layout: no row for src/checkworthy/{folder}"
         named = set(re.findall(r"`([a-z_]+)\.py`", rows[folder]))
-        present = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}
+        where = FLOWS if layer == "flows" else PACKAGE / folder
+        present = {p.stem for p in where.glob("*.py") if p.stem != "__init__"}
         assert named == present, f"README layout, {folder or 'package root'}/: missing " \
             f"{sorted(present - named)}, not in the tree {sorted(named - present)}"
+
+
+def test_the_flows_are_top_level_and_every_package_is_installed():
+    """The flows live in the top-level flows/ (the design card's tree), not under src/; pyproject
+    names every package, so a new subpackage cannot be left out of the wheel."""
+    import tomllib
+
+    assert not (PACKAGE / "flows").exists() and (FLOWS / "__init__.py").is_file()
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert tool["package-dir"] == {"": "src", "checkworthy.flows": "flows"}
+    packages = {module_name(p.parent / "__init__.py") for p in SOURCES if p.name == "__init__.py"}
+    assert set(tool["packages"]) == packages

@@ -1,4 +1,4 @@
-"""Flow tasks retry transient faults and only those (src/checkworthy/flows/pipeline.py ``DB``/``MODEL``/``DVC`` options).
+"""Flow tasks retry transient faults and only those (flows/pipeline.py ``DB``/``MODEL``/``DVC`` options).
 
 Each task below carries the options the project's tasks carry (only the delay is shortened) and
 meets a real fault: a database that is not there (psycopg's OperationalError), a model runtime

@@ -1,6 +1,6 @@
 """Prefect flows of checkworthy. Tasks wrap ``checkworthy`` functions; flows only wire them.
 
-Flows (each is also a deployment, see ``src/checkworthy/flows/deploy.py`` and ``prefect.yaml``):
+Flows (each is also a deployment, see ``flows/deploy.py`` and ``prefect.yaml``):
 
 - ``checkworthy-pipeline``  the main job (``checkworthy run``): version the data (DVC), prepare
   the datasets, validate every calibration label set (Great Expectations), embed, score with
