@@ -2,7 +2,7 @@
 benchmarked in ``bench/bench_scoring.py``).
 
 * Ollama (chat / generate / raw, JSON or NDJSON-streamed, 1 or 4 requests in flight) and the
-  OpenAI-compatible backend (JSON or SSE) run against the loopback fakes of ``tests/``, which
+  OpenAI-compatible backend (JSON or SSE) run against the loopback fakes of ``checkworthy.testing``, which
   answer at once (``latency 0``: the client-side ceiling, i.e. prompt building, HTTP, parsing) or
   after a fixed delay per request (``latency 50 ms``: how bounded concurrency hides a model's
   latency). Neither measures a real model: with Ollama on CPU, generation time dominates.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -25,15 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_* live in the repo
-
-from checkworthy.config import DATA_DIR, quiet_offline_env  # noqa: E402
-from checkworthy.data.datasets import load_claimbuster  # noqa: E402
-from checkworthy.scorers.http_retry import RetryPolicy  # noqa: E402
-from checkworthy.scorers.ollama_backend import OllamaScorer  # noqa: E402
-from checkworthy.scorers.openai_backend import OpenAIScorer  # noqa: E402
-from tests.fake_ollama import FakeOllama  # noqa: E402
-from tests.fake_openai import FakeOpenAI  # noqa: E402
+from checkworthy.config import DATA_DIR, quiet_offline_env
+from checkworthy.data.datasets import load_claimbuster
+from checkworthy.scorers.http_retry import RetryPolicy
+from checkworthy.scorers.ollama_backend import OllamaScorer
+from checkworthy.scorers.openai_backend import OpenAIScorer
+from checkworthy.testing.fake_ollama import FakeOllama
+from checkworthy.testing.fake_openai import FakeOpenAI
 
 
 def rate(score: Callable[[Sequence[str]], object], texts: Sequence[str]) -> float:

@@ -32,9 +32,9 @@ from checkworthy.serve.app import Limits, create_app
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
+from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.embeddings import ensure_embeddings
-from tests.conftest import table_counts
 from tests.test_drift import COOKING
 from tests.test_flows import _event_stored
 from tests.test_recalibrate import clef

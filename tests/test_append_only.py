@@ -24,7 +24,7 @@ from checkworthy.runs.calibration_run import RunSpec, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise
 

@@ -9,7 +9,8 @@ from sqlalchemy import text
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef, sha256_file
 from checkworthy.data.versioning import git_rev
-from tests.conftest import raw_path, table_counts
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.datasets import raw_path
 
 K = 5
 

@@ -29,7 +29,7 @@ from checkworthy.store.comparisons import comparison_heads, comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.reports import stored_report
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 # ------------------------------------------------------------------------------ pure part
 

@@ -43,7 +43,7 @@ from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 from tests.test_calibrate_cli import write
 from tests.test_flows import _event_stored
 from tests.test_recalibrate import build_world

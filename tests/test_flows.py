@@ -17,7 +17,7 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from checkworthy.config import GUIDELINES_FILE
+from checkworthy.config import GUIDELINES_FILE, ROOT
 from checkworthy.data import versioning
 from checkworthy.data.datasets import load_clef, normalise_text
 from checkworthy.scorers import registry
@@ -27,8 +27,8 @@ from checkworthy.store import label_updates as label_history
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import runs_in_force
-from tests.conftest import ROOT, raw_path
-from tests.scratch_project import make_scratch_project, text_score
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.scratch_project import make_scratch_project, text_score
 from tests.test_recalibrate import assert_incremental_equals_full
 
 SEED = 3003  # a lineage of its own: clef2024:calibration:seed=3003

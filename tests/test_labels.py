@@ -16,7 +16,7 @@ from checkworthy.store import label_updates as label_history
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.data_versions import record_data_version
-from tests.scratch_project import make_dvc_repo
+from checkworthy.testing.scratch_project import make_dvc_repo
 from tests.test_recalibrate import build_world
 
 BOUNDS = Bounds(min_rows=20)

@@ -1,4 +1,4 @@
-"""The Ollama backend against a loopback server speaking Ollama's real API (tests/fake_ollama.py)."""
+"""The Ollama backend against a loopback server speaking Ollama's real API (checkworthy.testing.fake_ollama)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from checkworthy.scorers.prompt import ANSWER_SCHEMA, chat_prompt
 from checkworthy.scorers.registry import make_scorer
 from checkworthy.scorers.sampling_presets import paper_sampling
 from checkworthy.store.rows import params_hash
-from tests.fake_ollama import FakeOllama, statement_of
+from checkworthy.testing.fake_ollama import FakeOllama, statement_of
 
 FAST = RetryPolicy(max_retries=3, backoff=0.01, backoff_max=0.05)
 CLAIMS = ["Unemployment fell to 4 percent in 2015.", "We are going to win this.", "Thank you all."]

@@ -1,5 +1,5 @@
 """The OpenAI-compatible backend against a loopback server speaking the Chat Completions protocol
-(tests/fake_openai.py): JSON and SSE replies, error bodies, 429 with Retry-After, timeouts, Azure."""
+(checkworthy.testing.fake_openai): JSON and SSE replies, error bodies, 429 with Retry-After, timeouts, Azure."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from checkworthy.scorers.http_retry import BackendError, RetryPolicy
 from checkworthy.scorers.openai_backend import OpenAIScorer
 from checkworthy.scorers.prompt import ANSWER_SCHEMA, chat_prompt
 from checkworthy.scorers.registry import make_scorer
-from tests.fake_openai import NO_QUOTA, RATE_LIMIT, SERVER_ERROR, FakeOpenAI, error_body
+from checkworthy.testing.fake_openai import NO_QUOTA, RATE_LIMIT, SERVER_ERROR, FakeOpenAI, error_body
 
 FAST = RetryPolicy(max_retries=3, backoff=0.01, backoff_max=0.05)
 CLAIMS = ["Crime fell by 12 percent.", "What a wonderful evening."]

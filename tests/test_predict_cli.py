@@ -11,7 +11,8 @@ import pytest
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
 from checkworthy.runs.own_scores import OUT_COLUMNS
-from tests.conftest import raw_path, table_counts
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.datasets import raw_path
 from tests.test_calibrate_cli import write
 
 pytestmark = pytest.mark.slow

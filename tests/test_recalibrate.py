@@ -23,7 +23,7 @@ from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import ensure_embeddings
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 K = 5
 

@@ -46,7 +46,7 @@ from checkworthy.store.knn import neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.review_queue import entries_of_run
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 TARGET = "clef2024:test"  # so the paper's CLEF figures apply
 HAND_OPTIONS = AnalysisOptions(k_sweep=(1, 3, 5), sizes=(3, 4), seeds=(0, 1), size_ks=(3, 5),

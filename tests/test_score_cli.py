@@ -13,9 +13,9 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.runs import train_classifier
-from tests.conftest import table_counts
-from tests.fake_ollama import FakeOllama
-from tests.fake_openai import SERVER_ERROR, FakeOpenAI
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.fake_ollama import FakeOllama
+from checkworthy.testing.fake_openai import SERVER_ERROR, FakeOpenAI
 
 
 def write_csv(path, header, rows):

@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, text
 
 from checkworthy.data import versioning
 from checkworthy.store import lineages
-from tests.scratch_project import (
+from checkworthy.testing.scratch_project import (
     first_calibrations,
     free_port,
     fresh_database,

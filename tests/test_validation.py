@@ -16,8 +16,8 @@ from checkworthy.runs import label_updates as labels
 from checkworthy.runs.calibration_run import RunSpec, run_calibration
 from checkworthy.store import lineages, validations
 from checkworthy.store import rows as store
+from checkworthy.store.audit import ATTEMPT_RECORDS, table_counts
 from checkworthy.store.calibration_runs import runs_in_force
-from tests.conftest import ATTEMPT_RECORDS, table_counts
 from tests.test_labels import write_csv
 from tests.test_recalibrate import build_world, clef
 
