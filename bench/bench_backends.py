@@ -27,8 +27,8 @@ import numpy as np
 from checkworthy.config import DATA_DIR, quiet_offline_env
 from checkworthy.data.datasets import load_claimbuster
 from checkworthy.scorers.http_retry import RetryPolicy
-from checkworthy.scorers.ollama_backend import OllamaScorer
-from checkworthy.scorers.openai_backend import OpenAIScorer
+from checkworthy.scorers.ollama_backend import OllamaOptions, OllamaScorer
+from checkworthy.scorers.openai_backend import OpenAIOptions, OpenAIScorer
 from checkworthy.testing.fake_ollama import FakeOllama
 from checkworthy.testing.fake_openai import FakeOpenAI
 
@@ -57,8 +57,8 @@ def main() -> None:
             for mode in ("chat", "generate", "raw"):
                 for stream in (False, True):
                     for conc in (1, 4):
-                        s = OllamaScorer("gemma3:1b", host=srv.url, mode=mode, stream=stream,
-                                         concurrency=conc, retry=retry)
+                        s = OllamaScorer("gemma3:1b", OllamaOptions(mode=mode, host=srv.url, stream=stream,
+                                                                    concurrency=conc, retry=retry))
                         s.params()
                         r = rate(s.score, texts[:n])
                         rows.append(("ollama", f"{mode}, {'ndjson' if stream else 'json'}, {conc} in flight",
@@ -68,8 +68,9 @@ def main() -> None:
             srv.latency = latency
             for stream in (False, True):
                 for conc in (1, 4):
-                    s = OpenAIScorer("gpt-4o-mini", base_url=srv.url + "/v1", api_key="sk-test",
-                                     stream=stream, concurrency=conc, retry=retry)
+                    options = OpenAIOptions(base_url=srv.url + "/v1", api_key="sk-test", stream=stream,
+                                            concurrency=conc, retry=retry)
+                    s = OpenAIScorer("gpt-4o-mini", options)
                     r = rate(s.score, texts[:n])
                     rows.append(("openai", f"{'sse' if stream else 'json'}, {conc} in flight",
                                  f"{latency * 1000:.0f} ms", r))

@@ -211,7 +211,7 @@ def test_parse_answer_never_invents_a_score(answer: str, expected: tuple[float |
 @pytest.mark.slow
 def test_prefix_fits_well_inside_gemmas_sliding_window() -> None:
     """The shared prefix stays under ~450 Gemma tokens (sliding window: 512)."""
-    from checkworthy.scorers.embedded_gemma import load_tokenizer
+    from checkworthy.scorers.gguf_weights import load_tokenizer
 
     tokenizer = load_tokenizer()
     n_tokens = 1 + len(tokenizer(build_prefix(load_guidelines()), add_special_tokens=False).input_ids)
