@@ -10,6 +10,7 @@ from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef, sha256_file
 from checkworthy.data.versioning import git_rev
 from checkworthy.store.audit import table_counts
+from checkworthy.testing.claims import write_csv
 from checkworthy.testing.datasets import raw_path
 
 K = 5
@@ -24,18 +25,12 @@ def claims():
              c.label) for c in rows[:100]]
 
 
-def write(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture()
 def files(tmp_path, claims):
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score", "label"], claims[70:])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score", "label"], claims[70:])
     return lab, unl, tmp_path / "OUT.csv"
 
 
@@ -72,8 +67,8 @@ def test_rerun_reuses_the_stored_run(use_db, files, capsys):
 
 def test_a_run_from_files_records_the_code_and_each_input(use_db, tmp_path, claims):
     """An auditor finds the code revision and each input file's sha256 on the run, never a blank."""
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:76]])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:76]])
     assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "4",
                  "--out", str(tmp_path / "o.csv")]) == 0
     with use_db.connect() as conn:
@@ -84,8 +79,8 @@ def test_a_run_from_files_records_the_code_and_each_input(use_db, tmp_path, clai
 
 
 def test_unlabelled_file_without_label_column(use_db, tmp_path, claims):
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:80]])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:80]])
     out = tmp_path / "o.csv"
     assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 11
@@ -94,9 +89,9 @@ def test_unlabelled_file_without_label_column(use_db, tmp_path, claims):
 def test_a_u_claim_with_the_text_of_an_l_claim_is_said_and_minus_zero_is_zero(use_db, tmp_path, claims, capsys):
     """Kept (its nearest neighbour is its labelled copy, at distance 0) and said on stderr and in
     the run's params; a score written ``-0`` is read and written as 0."""
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
     copy = ("again", claims[3][1], claims[3][2])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [copy, (claims[80][0], claims[80][1], "-0")])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"], [copy, (claims[80][0], claims[80][1], "-0")])
     out = tmp_path / "o.csv"
     assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3", "--out", str(out)]) == 0
     err = capsys.readouterr().err.strip()

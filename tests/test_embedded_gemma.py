@@ -13,7 +13,7 @@ from checkworthy.scorers.prefix_attention import ATTENTION_IMPLEMENTATION
 from checkworthy.scorers.prompt import SUFFIX_TAIL, build_prompt, load_guidelines, parse_score
 from checkworthy.scorers.sampling_presets import ABLATION_T01, GREEDY
 from checkworthy.store.rows import params_hash
-from tests.test_prompt import adversarial_claims
+from checkworthy.testing.claims import adversarial_claims
 
 pytestmark = pytest.mark.slow
 

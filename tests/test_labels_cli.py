@@ -32,7 +32,7 @@ from checkworthy.testing.scratch_project import (
     run_cli,
     write_label_file,
 )
-from tests.test_recalibrate import assert_incremental_equals_full
+from checkworthy.testing.worlds import assert_incremental_equals_full
 
 SEED = 5005  # a lineage of its own: clef2024:calibration:seed=5005
 

@@ -31,7 +31,7 @@ from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
 from checkworthy.store.audit import explain, table_counts
 from checkworthy.store.calibration_runs import load_run, result_values
-from tests.test_recalibrate import build_world
+from checkworthy.testing.worlds import build_world
 
 BOUNDS = Bounds(min_rows=20)
 

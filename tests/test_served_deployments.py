@@ -40,7 +40,7 @@ from checkworthy.testing.scratch_project import (
     pushed_files,
     write_label_file,
 )
-from tests.test_recalibrate import assert_incremental_equals_full
+from checkworthy.testing.worlds import assert_incremental_equals_full
 
 SEED = 4004  # a lineage of its own: clef2024:calibration:seed=4004
 WATCH_INTERVAL = 10  # seconds between scheduled watch-changes runs (each takes about as long)
