@@ -394,8 +394,7 @@ def test_scoring_worker_killed_mid_scoring(engine, db_url):
     spec = f"pipe:fault-{uuid.uuid4().hex[:8]}"
     hashes = _texts(engine, "fault-worker", N_TEXTS)
     child = subprocess.Popen([sys.executable, "-c", WORKER, db_url, spec, ",".join(hashes), str(CHUNK)],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env=os.environ | {"PYTHONPATH": str(ROOT)})
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         for line in child.stdout:  # progress lines are printed after each committed chunk
             if line.startswith(f"done {2 * CHUNK}"):
