@@ -6,7 +6,7 @@ NN-PPI (k = 10); ``checkworthy serve``'s app under a real uvicorn server on loop
 real HTTP client (httpx), one request at a time. Two models:
 
 - the embedded Gemma 3 270M (params.yaml's configuration: verbalised score and token probability);
-- Ollama's ``gemma3:270m`` answered by a fake Ollama on loopback (``tests/fake_ollama.py``) that
+- Ollama's ``gemma3:270m`` answered by a fake Ollama on loopback (``checkworthy.testing.fake_ollama``) that
   waits 50 ms per request, 4 requests in flight (the scorer's ``concurrency``).
 
 For each: ``--singles`` requests of one text and ``--batches`` requests of 100 texts through the
@@ -45,8 +45,8 @@ from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import raw_path
-from tests.fake_ollama import FakeOllama
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.fake_ollama import FakeOllama
 
 GEMMA, OLLAMA = "embedded:gemma3-270m", "ollama:gemma3:270m"
 

@@ -2,7 +2,7 @@
 benchmarked in ``bench/bench_scoring.py``).
 
 * Ollama (chat / generate / raw, JSON or NDJSON-streamed, 1 or 4 requests in flight) and the
-  OpenAI-compatible backend (JSON or SSE) run against the loopback fakes of ``tests/``, which
+  OpenAI-compatible backend (JSON or SSE) run against the loopback fakes of ``checkworthy.testing``, which
   answer at once (``latency 0``: the client-side ceiling, i.e. prompt building, HTTP, parsing) or
   after a fixed delay per request (``latency 50 ms``: how bounded concurrency hides a model's
   latency). Neither measures a real model: with Ollama on CPU, generation time dominates.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -25,15 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_* live in the repo
-
-from checkworthy.config import DATA_DIR, quiet_offline_env  # noqa: E402
-from checkworthy.data.datasets import load_claimbuster  # noqa: E402
-from checkworthy.scorers.http_retry import RetryPolicy  # noqa: E402
-from checkworthy.scorers.ollama_backend import OllamaScorer  # noqa: E402
-from checkworthy.scorers.openai_backend import OpenAIScorer  # noqa: E402
-from tests.fake_ollama import FakeOllama  # noqa: E402
-from tests.fake_openai import FakeOpenAI  # noqa: E402
+from checkworthy.config import DATA_DIR, quiet_offline_env
+from checkworthy.data.datasets import load_claimbuster
+from checkworthy.scorers.http_retry import RetryPolicy
+from checkworthy.scorers.ollama_backend import OllamaOptions, OllamaScorer
+from checkworthy.scorers.openai_backend import OpenAIOptions, OpenAIScorer
+from checkworthy.testing.fake_ollama import FakeOllama
+from checkworthy.testing.fake_openai import FakeOpenAI
 
 
 def rate(score: Callable[[Sequence[str]], object], texts: Sequence[str]) -> float:
@@ -60,8 +57,8 @@ def main() -> None:
             for mode in ("chat", "generate", "raw"):
                 for stream in (False, True):
                     for conc in (1, 4):
-                        s = OllamaScorer("gemma3:1b", host=srv.url, mode=mode, stream=stream,
-                                         concurrency=conc, retry=retry)
+                        s = OllamaScorer("gemma3:1b", OllamaOptions(mode=mode, host=srv.url, stream=stream,
+                                                                    concurrency=conc, retry=retry))
                         s.params()
                         r = rate(s.score, texts[:n])
                         rows.append(("ollama", f"{mode}, {'ndjson' if stream else 'json'}, {conc} in flight",
@@ -71,8 +68,9 @@ def main() -> None:
             srv.latency = latency
             for stream in (False, True):
                 for conc in (1, 4):
-                    s = OpenAIScorer("gpt-4o-mini", base_url=srv.url + "/v1", api_key="sk-test",
-                                     stream=stream, concurrency=conc, retry=retry)
+                    options = OpenAIOptions(base_url=srv.url + "/v1", api_key="sk-test", stream=stream,
+                                            concurrency=conc, retry=retry)
+                    s = OpenAIScorer("gpt-4o-mini", options)
                     r = rate(s.score, texts[:n])
                     rows.append(("openai", f"{'sse' if stream else 'json'}, {conc} in flight",
                                  f"{latency * 1000:.0f} ms", r))

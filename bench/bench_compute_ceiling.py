@@ -30,7 +30,7 @@ import torch
 from bench.bench_scale import CORES, DAY
 from bench.bench_scoring_cost import rate, sample_texts
 from checkworthy.config import quiet_offline_env
-from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
+from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer, GemmaOptions
 from checkworthy.scorers.lora_classifier import GEMMA, MINILM, base_encoder, encode, tokenizer
 
 N = 200
@@ -86,7 +86,7 @@ def main() -> None:
     quiet_offline_env()
     torch.set_num_threads(CORES)
     sample = sample_texts(N)
-    gemma = EmbeddedGemmaScorer(token_prob_only=True, progress=False)
+    gemma = EmbeddedGemmaScorer(GemmaOptions(token_prob_only=True), progress=False)
     minilm = base_encoder()
     minilm_lengths = encode(tokenizer(), MINILM, sample)["attention_mask"].sum(1).tolist()
     gemma_lora_lengths = encode(gemma.tokenizer, GEMMA, sample)["attention_mask"].sum(1).tolist()

@@ -42,7 +42,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.knn import EF_SEARCH, EXACT, HNSW_EF_CONSTRUCTION, HNSW_M, KnnPath, nearest_labelled
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 K, DIM, NOISE, CHUNK = 10, 384, 0.02, 10_000
 CACHE = VAR_DIR / "cache" / "bench-knn-vectors.npy"

@@ -37,8 +37,8 @@ from checkworthy.flows.pipeline import fan_out
 from checkworthy.flows.task_runners import WORKER_ENVIRON
 from checkworthy.store import rows as store
 from checkworthy.store.engine import embedded_url, get_engine
-from tests.conftest import raw_path
-from tests.fake_ollama import FakeOllama
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.fake_ollama import FakeOllama
 
 DAY, CORES = 86_400, os.cpu_count() or 2
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

@@ -22,7 +22,7 @@ import torch
 
 from checkworthy.config import DATA_DIR
 from checkworthy.data.versioning import ensure_data
-from checkworthy.scorers.embedded_gemma import PAPER, EmbeddedGemmaScorer
+from checkworthy.scorers.embedded_gemma import PAPER, EmbeddedGemmaScorer, GemmaOptions
 
 DATA = DATA_DIR / "raw" / "clef2024" / "CT24_checkworthy_english_dev-test.tsv"  # the project's DVC copy
 
@@ -36,7 +36,7 @@ def read_claims(path: Path, n: int) -> list[str]:
 
 def run(scorer: EmbeddedGemmaScorer, claims: list[str]) -> tuple[float, float, list]:
     """(claims per wall second, CPU milliseconds per claim, results), after one warm-up batch."""
-    scorer.score(claims[: scorer.batch_size])
+    scorer.score(claims[: scorer.options.batch_size])
     wall, cpu = time.perf_counter(), time.process_time()
     results = scorer.score(claims)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -64,7 +64,7 @@ def main() -> None:
     ensure_data()  # a fresh clone pulls data/ from the project's DVC remote
     claims = read_claims(DATA, args.n)
     print(f"{len(claims)} claims, torch threads {torch.get_num_threads()}")
-    base = EmbeddedGemmaScorer(sampling=PAPER, progress=False)
+    base = EmbeddedGemmaScorer(GemmaOptions(sampling=PAPER), progress=False)
     print(f"prefix tokens: {len(base.prefix_ids)}")
     for token_prob_only in (False, True):
         mode = "token_prob only" if token_prob_only else "verbalised+token_prob"

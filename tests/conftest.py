@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-from checkworthy.config import ROOT, VAR_DIR, quiet_offline_env
+from checkworthy.config import VAR_DIR, quiet_offline_env
 
 quiet_offline_env()
 
@@ -21,14 +20,6 @@ def _prefect_logging_for_the_session() -> None:
 
 
 _prefect_logging_for_the_session()
-
-SHARED = ROOT.parent / "shared" / "datasets"
-
-
-def raw_path(*parts: str) -> Path:
-    """A raw dataset file: the project's copy under data/raw, else ../shared/datasets."""
-    own = ROOT / "data" / "raw" / Path(*parts)
-    return own if own.exists() else SHARED / Path(*parts)
 
 
 @pytest.fixture(scope="session")
@@ -74,21 +65,3 @@ def use_db(db_url, engine, monkeypatch):
     """Point the CLI (which reads DATABASE_URL) at the test database."""
     monkeypatch.setenv("DATABASE_URL", db_url)
     return engine
-
-
-#: tables that record an attempt itself (a label file's update, its validation, the data version
-#: it was judged on, the flow run): a refused label update writes these, and only these
-ATTEMPT_RECORDS = ("label_updates", "validation_runs", "validation_results", "data_versions", "flow_runs",
-                   "flow_run_data_versions", "change_events")
-
-
-def table_counts(engine, ignore: tuple[str, ...] = ()) -> dict[str, int]:
-    """Row counts of every table of the schema but ``ignore``, to show that a failed command
-    wrote nothing."""
-    from sqlalchemy import text
-
-    with engine.connect() as conn:
-        tables = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                                   "ORDER BY tablename")).scalars().all()
-        return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one()
-                for t in tables if t not in ignore}

@@ -28,8 +28,9 @@ from checkworthy.runs.adapt import (
 from checkworthy.runs.own_scores import labelled_lineage
 from checkworthy.scorers.crossfit import FULL, load_crossfit
 from checkworthy.store import model_registry as registry
-from tests.conftest import raw_path, table_counts
-from tests.scratch_project import make_dvc_repo
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.scratch_project import make_dvc_repo
 
 
 def tweets(name: str) -> list[tuple[str, str, int]]:

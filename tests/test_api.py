@@ -32,13 +32,12 @@ from checkworthy.serve.app import Limits, create_app
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
+from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import table_counts
-from tests.test_drift import COOKING
-from tests.test_flows import _event_stored
-from tests.test_recalibrate import clef
+from checkworthy.testing.claims import COOKING, clef
+from checkworthy.testing.events import event_stored
 
 TAG = "t14-api"
 MODEL = "classifier:minilm-lr"
@@ -325,7 +324,7 @@ def test_a_batch_from_another_domain_raises_the_drift_figure_and_event(engine, w
     assert 'checkworthy_api_claims_review_drift_total{endpoint="sentences"} 20.0' in metrics
     for body, stored in ((other, True), (same, False)):
         event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{body['run_id']}"))
-        assert _event_stored(event) is stored
+        assert event_stored(event) is stored
 
 
 def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world, tmp_path):

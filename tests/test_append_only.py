@@ -8,81 +8,24 @@ A correction is a new row (a new label, a new label set, a new run).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
 
-import numpy as np
 import pytest
-from pgvector.sqlalchemy import Vector
-from sqlalchemy import Engine, bindparam, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from checkworthy.config import EMBED_MODEL
-from checkworthy.data.datasets import Claim, load_clef
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import raw_path
+from checkworthy.testing.worlds import Scenario, build_scenario
 
 RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise
 
 
-@cache
-def clef_claims() -> tuple[Claim, ...]:
-    """Real claims (CLEF 2024 dev-test) so that embeddings and neighbours are real."""
-    claims, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
-    return tuple(claims)
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """A labelled set L and claims U to calibrate, stored with real embeddings and scores."""
-
-    name: str
-    lab_ids: list[int]
-    unl_ids: list[int]
-    label_set_id: int
-    key: store.ScoreKey
-    scores: dict[str, float]
-
-    def spec(self, k: int = 5, **kw) -> RunSpec:
-        return RunSpec(f"{self.name}:U", tuple(self.unl_ids), self.label_set_id, self.key, k, **kw)
 
 
-def build_scenario(engine: Engine, name: str, n_lab: int = 40, n_unl: int = 15, offset: int = 0,
-                   seed: int = 0, vectors: Mapping[str, np.ndarray] | None = None) -> Scenario:
-    """Store ``n_lab + n_unl`` real claims under dataset ``name`` (labels on all, so metrics are
-    stored too), their embeddings, one imported score each, and a label set over the first
-    ``n_lab``. Deterministic: the same arguments give the same data in any database.
-
-    ``vectors`` (text hash -> embedding, e.g. read from another database) are stored instead of
-    embedding the texts again: the model is slow on a shared CPU and gives the same vectors."""
-    claims = clef_claims()[offset : offset + n_lab + n_unl]
-    rng = np.random.default_rng(seed)
-    scores = {c.text: round(float(np.clip(0.5 + 0.25 * c.label + rng.normal(0, 0.2), 0, 1)), 4)
-              for c in claims}
-    with engine.begin() as conn:
-        ids = store.store_claims_with_labels(
-            conn, [store.NewClaim(name, "L" if i < n_lab else "U", c.source_id, c.text, c.label)
-                   for i, c in enumerate(claims)], f"test:{name}")
-        hashes = [store.sha256_text(c.text) for c in claims]
-        if vectors is None:
-            ensure_embeddings(conn, hashes)
-        else:
-            conn.execute(text("INSERT INTO embeddings (text_hash, model, embedding) VALUES (:h, :m, :v) "
-                              "ON CONFLICT DO NOTHING").bindparams(bindparam("v", type_=Vector(384))),
-                         [{"h": h, "m": EMBED_MODEL, "v": vectors[h]} for h in hashes])
-        ls = store.create_label_set(conn, f"{name}:L", ids[:n_lab])
-        model = store.ensure_model(conn, f"file:{name}", "file")
-        params = {"source": name}
-        store.insert_predictions(
-            conn, model, "none", params,
-            [(store.sha256_text(t), {"imported": Score(s, OK, repr(s))}) for t, s in scores.items()])
-    key = store.ScoreKey(model, "none", store.params_hash(params), "imported")
-    return Scenario(name, ids[:n_lab], ids[n_lab:], ls, key, scores)
 
 
 def sqlstate(exc: DBAPIError) -> str | None:

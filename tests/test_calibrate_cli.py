@@ -9,7 +9,9 @@ from sqlalchemy import text
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef, sha256_file
 from checkworthy.data.versioning import git_rev
-from tests.conftest import raw_path, table_counts
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.claims import write_csv
+from checkworthy.testing.datasets import raw_path
 
 K = 5
 
@@ -23,18 +25,12 @@ def claims():
              c.label) for c in rows[:100]]
 
 
-def write(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture()
 def files(tmp_path, claims):
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score", "label"], claims[70:])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score", "label"], claims[70:])
     return lab, unl, tmp_path / "OUT.csv"
 
 
@@ -71,8 +67,8 @@ def test_rerun_reuses_the_stored_run(use_db, files, capsys):
 
 def test_a_run_from_files_records_the_code_and_each_input(use_db, tmp_path, claims):
     """An auditor finds the code revision and each input file's sha256 on the run, never a blank."""
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:76]])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:76]])
     assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "4",
                  "--out", str(tmp_path / "o.csv")]) == 0
     with use_db.connect() as conn:
@@ -83,8 +79,8 @@ def test_a_run_from_files_records_the_code_and_each_input(use_db, tmp_path, clai
 
 
 def test_unlabelled_file_without_label_column(use_db, tmp_path, claims):
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:80]])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"], [c[:3] for c in claims[70:80]])
     out = tmp_path / "o.csv"
     assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 11
@@ -93,9 +89,9 @@ def test_unlabelled_file_without_label_column(use_db, tmp_path, claims):
 def test_a_u_claim_with_the_text_of_an_l_claim_is_said_and_minus_zero_is_zero(use_db, tmp_path, claims, capsys):
     """Kept (its nearest neighbour is its labelled copy, at distance 0) and said on stderr and in
     the run's params; a score written ``-0`` is read and written as 0."""
-    lab = write(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"], claims[:70])
     copy = ("again", claims[3][1], claims[3][2])
-    unl = write(tmp_path / "U.csv", ["id", "text", "score"], [copy, (claims[80][0], claims[80][1], "-0")])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"], [copy, (claims[80][0], claims[80][1], "-0")])
     out = tmp_path / "o.csv"
     assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "3", "--out", str(out)]) == 0
     err = capsys.readouterr().err.strip()
@@ -179,7 +175,7 @@ def test_a_named_lineage_is_one_files_and_a_bad_name_is_refused_before_anything_
     assert main(argv) == 0
     assert lineage_of_run(use_db, run_of(capsys.readouterr().out))[1] == f"upload:{sha256_file(lab)[:16]}:labeled"
 
-    other = write(tmp_path / "L2.csv", ["id", "text", "score", "label"], claims[:60])
+    other = write_csv(tmp_path / "L2.csv", ["id", "text", "score", "label"], claims[:60])
     out2 = tmp_path / "o2.csv"
     before = table_counts(use_db)
     refused = [(str(lab), name, "--name: 1 to 64 letters, digits") for name in
@@ -196,14 +192,14 @@ def test_a_named_lineage_is_one_files_and_a_bad_name_is_refused_before_anything_
 def test_predict_names_its_lineage_and_refuses_another_files_name(use_db, tmp_path, claims, capsys):
     """``predict --name`` as ``calibrate --name``: its run's label set is of the named lineage, and
     a name holding another file's labels is refused before anything is scored or stored."""
-    lab = write(tmp_path / "L.csv", ["id", "text", "label"], [(c[0], c[1], c[3]) for c in claims[:60]])
-    unl = write(tmp_path / "U.csv", ["id", "text"], [(c[0], c[1]) for c in claims[60:70]])
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "label"], [(c[0], c[1], c[3]) for c in claims[:60]])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text"], [(c[0], c[1]) for c in claims[60:70]])
     argv = ["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--model", "classifier:minilm-lr",
             "--score-kind", "p_positive", "--k", "5"]
     assert main([*argv, "--out", str(tmp_path / "o.csv"), "--name", "desk-p"]) == 0
     assert lineage_of_run(use_db, run_of(capsys.readouterr().out))[1] == "desk-p"
-    scored = write(tmp_path / "S.csv", ["id", "text", "score", "label"], claims[:60])
-    scored_u = write(tmp_path / "SU.csv", ["id", "text", "score"], [c[:3] for c in claims[60:70]])
+    scored = write_csv(tmp_path / "S.csv", ["id", "text", "score", "label"], claims[:60])
+    scored_u = write_csv(tmp_path / "SU.csv", ["id", "text", "score"], [c[:3] for c in claims[60:70]])
     assert main(["calibrate", "--labeled", str(scored), "--unlabeled", str(scored_u), "--k", "5",
                  "--out", str(tmp_path / "c.csv"), "--name", "desk-q"]) == 0
     capsys.readouterr()

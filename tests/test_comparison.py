@@ -16,7 +16,6 @@ from sqlalchemy.exc import DBAPIError
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
 from checkworthy.method import metrics
-from checkworthy.method.corrections import LabelledSet
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.report.files import rerender, save_report
 from checkworthy.runs import comparisons
@@ -30,31 +29,12 @@ from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.reports import stored_report
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.worlds import synthetic
 
 # ------------------------------------------------------------------------------ pure part
 
 
-def synthetic(m: int = 800, n: int = 800, seed: int = 0, kind: str = "token_prob") -> CompareInputs:
-    """Claims on a line: P(Y=1 | x) = x, a biased noisy score, neighbours = nearest in x."""
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(0, 1, m + n)
-    y = (rng.uniform(0, 1, m + n) < x).astype(int)
-    c = expit(2.0 * (x - 0.3) + rng.normal(0, 0.8, m + n))  # too high, noisy
-    xl = x[:m]
-    kmax = 90
-
-    def lists(xq: np.ndarray, loo: bool) -> tuple[np.ndarray, np.ndarray]:
-        d = np.abs(xq[:, None] - xl[None, :])
-        if loo:
-            np.fill_diagonal(d, np.inf)
-        order = np.argsort(d, axis=1, kind="stable")[:, :kmax]
-        return order, np.take_along_axis(d, order, axis=1)
-
-    nl, dl = lists(xl, True)
-    nq, dq = lists(x[m:], False)
-    cal = LabelledSet(y=y[:m], c=c[:m], nbr=nl, dist=dl)
-    return CompareInputs(cal=cal, c=c[m:], nbr=nq, dist=dq, y=y[m:], k=5, score_kind=kind)
 
 
 @pytest.fixture(scope="module")

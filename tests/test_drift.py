@@ -44,10 +44,10 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import raw_path
-from tests.test_calibrate_cli import write
-from tests.test_flows import _event_stored
-from tests.test_recalibrate import build_world
+from checkworthy.testing.claims import COOKING, write_csv
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.events import event_stored
+from checkworthy.testing.worlds import build_world
 
 TRIALS = 300
 
@@ -115,10 +115,6 @@ def test_drift_acts_only_when_the_batch_alerts():
     assert (p.estimate, p.low, p.high, p.not_estimable) == (None, None, None, "drift") and p.labelled == 0.5
 
 
-COOKING = [f"Stir in {n} grams of {what} and let the {dish} simmer for {m} minutes over low heat."
-           for n, what, dish, m in zip(range(50, 650, 20), ["butter", "flour", "sugar", "rice", "garlic"] * 6,
-                                       ["sauce", "soup", "stew", "risotto", "broth", "curry"] * 5,
-                                       range(3, 33))]
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +149,8 @@ def test_a_batch_of_the_same_kind_raises_nothing_and_another_domain_raises_the_f
 
     announce([same, other])
     other_event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{other}"))
-    assert _event_stored(other_event)
-    assert not _event_stored(str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{same}")))
+    assert event_stored(other_event)
+    assert not event_stored(str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{same}")))
     line = (f"drift: {d_other['share']:.0%} of run {other} ({w.tag}:cooking) ({d_other['n_beyond']} of "
             f"{d_other['n']} claims) lies beyond the labelled set's radius")
     assert _event_payload(other_event)["message"].startswith(line)
@@ -219,8 +215,8 @@ def test_predict_on_tweets_against_debate_labels_says_the_drift_and_acts(use_db,
     debates = [c for c in debates if c.split == "2012"]
     lab = [debates[i] for i in balanced_sample([c.label for c in debates], 100, seed=3)]
     tweets, _ = load_tweets(raw_path("tweets", "CT22_english_1A_checkworthy_dev.tsv"), "ct22-dev")
-    lab_file = write(tmp_path / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab])
-    unl_file = write(tmp_path / "U.csv", ["id", "text", "label"],
+    lab_file = write_csv(tmp_path / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab])
+    unl_file = write_csv(tmp_path / "U.csv", ["id", "text", "label"],
                      [(c.source_id, c.text, c.label) for c in tweets[:40]])
     out = tmp_path / "OUT.csv"
     assert main(["predict", "--labeled", str(lab_file), "--unlabeled", str(unl_file), "--out", str(out),

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from checkworthy.scorers.base import NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE, Score
-from checkworthy.scorers.embedded_gemma import ATTENTION_IMPLEMENTATION, PAPER, EmbeddedGemmaScorer
+from checkworthy.scorers.embedded_gemma import PAPER, EmbeddedGemmaScorer, GemmaOptions
+from checkworthy.scorers.prefix_attention import ATTENTION_IMPLEMENTATION
 from checkworthy.scorers.prompt import SUFFIX_TAIL, build_prompt, load_guidelines, parse_score
 from checkworthy.scorers.sampling_presets import ABLATION_T01, GREEDY
-from tests.test_prompt import adversarial_claims
+from checkworthy.store.rows import params_hash
+from checkworthy.testing.claims import adversarial_claims
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +31,7 @@ STATUSES = {OK, UNPARSEABLE, NOT_A_NUMBER, OUT_OF_RANGE}
 
 @pytest.fixture(scope="module")
 def scorer() -> EmbeddedGemmaScorer:
-    return EmbeddedGemmaScorer(sampling=PAPER, seed=7, batch_size=8, progress=False)
+    return EmbeddedGemmaScorer(GemmaOptions(sampling=PAPER, seed=7, batch_size=8), progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +124,8 @@ def test_params_and_progress(scorer: EmbeddedGemmaScorer) -> None:
     assert (params["temperature"], params["top_k"], params["top_p"], params["seed"]) == (0.8, 64, 0.95, 7)
     assert params["model_sha256"] and params["prompt_version"] == scorer.prompt_version
     assert "batch_size" not in params
+    # the store's cache key: a different hash orphans every stored score (change it only on purpose)
+    assert params_hash(params) == "299201047c93ebe9bd260d6218a2f29dff9db86c330b949d2f15b60397b8a008"
     assert scorer.spec == "embedded:gemma3-270m"
     calls: list[tuple[int, int]] = []
     quick = scorer.variant(

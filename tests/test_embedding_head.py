@@ -5,7 +5,7 @@ import pytest
 
 from checkworthy.method.embedding_head import features, fit_head
 from checkworthy.runs.comparisons import CompareInputs, CompareOptions, compare
-from tests.test_comparison import synthetic
+from checkworthy.testing.worlds import synthetic
 
 
 def two_topics(m: int = 200, seed: int = 0):

@@ -15,7 +15,6 @@ process is SIGKILLed too.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import signal
@@ -44,7 +43,9 @@ from checkworthy.store.embeddings import load_embeddings
 from checkworthy.store.engine import embedded_url, migrate
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.run_spec import run_key
-from tests.test_append_only import Scenario, build_scenario, clef_claims
+from checkworthy.testing.claims import clef_claims
+from checkworthy.testing.scorers import SlowHashScorer, expected_score
+from checkworthy.testing.worlds import Scenario, build_scenario
 
 TIMEOUT = 60.0
 
@@ -283,9 +284,6 @@ for line in sys.stdin:
 """
 
 
-def expected_score(t: str) -> float:
-    """What the runtime computes for a text (a deterministic stand-in for a model's answer)."""
-    return int(hashlib.sha256(t.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
 
 
 class PipeRuntimeScorer:
@@ -327,21 +325,6 @@ class PipeRuntimeScorer:
             self.proc.wait(10)
 
 
-class SlowHashScorer:
-    """The same answers computed in-process, slowly (for killing the scoring worker itself)."""
-
-    score_kinds = ("verbalised",)
-
-    def __init__(self, spec: str, delay: float = 0.0) -> None:
-        self.spec, self.delay, self.texts_sent = spec, delay, []
-
-    def params(self) -> dict[str, Any]:
-        return {"temperature": 0.0, "runtime": "pipe"}
-
-    def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
-        time.sleep(self.delay)
-        self.texts_sent += texts
-        return [{"verbalised": Score(expected_score(t), OK, f"{expected_score(t):.6f}")} for t in texts]
 
 
 def _texts(engine: Engine, name: str, n: int) -> list[str]:
@@ -400,7 +383,7 @@ WORKER = """
 import sys
 from sqlalchemy import create_engine
 from checkworthy.runs.scoring import score_missing
-from tests.test_faults import SlowHashScorer
+from checkworthy.testing.scorers import SlowHashScorer
 engine = create_engine(sys.argv[1])
 hashes = sys.argv[3].split(",")
 score_missing(engine, SlowHashScorer(sys.argv[2], delay=0.25), hashes, chunk_size=int(sys.argv[4]),
@@ -412,8 +395,7 @@ def test_scoring_worker_killed_mid_scoring(engine, db_url):
     spec = f"pipe:fault-{uuid.uuid4().hex[:8]}"
     hashes = _texts(engine, "fault-worker", N_TEXTS)
     child = subprocess.Popen([sys.executable, "-c", WORKER, db_url, spec, ",".join(hashes), str(CHUNK)],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env=os.environ | {"PYTHONPATH": str(ROOT)})
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         for line in child.stdout:  # progress lines are printed after each committed chunk
             if line.startswith(f"done {2 * CHUNK}"):

@@ -15,7 +15,6 @@ from checkworthy.data.datasets import normalise_text
 from checkworthy.runs.fewshot_demonstrations import pick_demonstrations
 from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, load_groups
 from checkworthy.scorers.base import OK
-from checkworthy.scorers.embedded_gemma import ATTENTION_IMPLEMENTATION
 from checkworthy.scorers.fewshot_gemma import P_YES, FewShotGemmaScorer
 from checkworthy.scorers.fewshot_prompt import (
     ANSWER_KEY,
@@ -27,6 +26,7 @@ from checkworthy.scorers.fewshot_prompt import (
     load_demonstrations,
     prompt_version,
 )
+from checkworthy.scorers.prefix_attention import ATTENTION_IMPLEMENTATION
 from checkworthy.scorers.prompt import DEFAULT_GUIDELINES, load_guidelines
 from checkworthy.scorers.registry import make_scorer
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from checkworthy.config import GUIDELINES_FILE
+from checkworthy.config import GUIDELINES_FILE, ROOT
 from checkworthy.data import versioning
 from checkworthy.data.datasets import load_clef, normalise_text
 from checkworthy.scorers import registry
@@ -27,9 +27,10 @@ from checkworthy.store import label_updates as label_history
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import runs_in_force
-from tests.conftest import ROOT, raw_path
-from tests.scratch_project import make_scratch_project, text_score
-from tests.test_recalibrate import assert_incremental_equals_full
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.events import event_stored
+from checkworthy.testing.scratch_project import make_scratch_project, text_score
+from checkworthy.testing.worlds import assert_incremental_equals_full
 
 SEED = 3003  # a lineage of its own: clef2024:calibration:seed=3003
 
@@ -162,7 +163,7 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
         assert log[-1]["flow_run_id"]
         old = label_history.reconstruct_label_set(conn, head0)
         assert {k: v for k, v in old.items() if k in members} == old  # history rebuilds version 0
-    assert _event_stored(upd["event_id"])
+    assert event_stored(upd["event_id"])
 
     # the event's deployment runs the recalibrate flow; here it is called as the trigger would
     parents = {r["k"]: r["run_id"] for r in first_run["runs"]}
@@ -181,22 +182,6 @@ def test_label_change_end_to_end(flows, setup, engine, first_run):
         assert_incremental_equals_full(engine, r["run_id"], parents[k], head1, claim_ids, flipped)
 
 
-def _event_stored(event_id: str) -> bool:
-    """The event reached the Prefect server (it is persisted asynchronously: poll briefly)."""
-    import time
-
-    from prefect.client.orchestration import get_client
-    from prefect.events.worker import EventsWorker
-
-    EventsWorker.drain_all()
-    for _ in range(30):
-        with get_client(sync_client=True) as client:
-            got = client._client.post("/events/filter", json={
-                "filter": {"event": {"prefix": ["checkworthy."]}}, "limit": 50}).json()
-        if event_id in {e["id"] for e in got.get("events", [])}:
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def test_failing_validation_keeps_the_calibration_in_force(flows, setup, engine, first_run):

@@ -35,7 +35,8 @@ from checkworthy.config import ROOT
 from checkworthy.data.datasets import load_claimbuster, load_clef
 from checkworthy.errors import DataError
 from checkworthy.runs.own_scores import read_scored_csv
-from tests.conftest import raw_path, table_counts
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.datasets import raw_path
 
 HEADER = "id,text,score,label"
 GOOD_ROWS = ["a1,The unemployment rate fell to 3.5 percent last year.,0.81,1",

@@ -29,8 +29,8 @@ from checkworthy.store.comparisons import comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.run_spec import RunContext, RunSpec
-from tests.conftest import raw_path
-from tests.test_report import assert_headline_on_first_screen, in_chromium, section, table
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.pages import assert_headline_on_first_screen, in_chromium, section, table
 
 MODEL = "file:gemma3-270m-headline"  # Gemma 3 270M to the paper's tables, whatever the backend
 REC = Recommended(model="embedded:gemma3-270m", score_kind="token_prob", correction="head-cv",

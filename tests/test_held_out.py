@@ -14,7 +14,7 @@ from checkworthy.method.predictor_choice import AUTO_CANDIDATES
 from checkworthy.report import held_out as report
 from checkworthy.runs import held_out
 from checkworthy.scorers.classifier import ARTEFACT_ROOT
-from tests.conftest import table_counts
+from checkworthy.store.audit import table_counts
 
 LR = ("classifier:minilm-lr", "p_positive")
 EVENTS = ["ClaimBuster 2016-09-26", "ClaimBuster 2016-10-09", "ClaimBuster 2016-10-19", "CLEF 2024 dev",

@@ -21,7 +21,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run, runs_in_force
 from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, leave_one_out_neighbours, nearest_labelled
 from checkworthy.store.run_spec import RunSpec, key_of, run_key
-from tests.test_recalibrate import assert_equals_full, build_world
+from checkworthy.testing.worlds import assert_equals_full, build_world
 
 HNSW = KnnPath("hnsw", 100)
 #: the recall floor on this small set (the bench measures the large ones)

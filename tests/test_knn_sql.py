@@ -8,7 +8,7 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
 from checkworthy.store.knn import leave_one_out_neighbours, nearest_labelled
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 N_LAB, N_Q = 120, 40
 

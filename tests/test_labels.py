@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import pytest
 from sqlalchemy import text
 
@@ -16,20 +13,15 @@ from checkworthy.store import label_updates as label_history
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.data_versions import record_data_version
-from tests.scratch_project import make_dvc_repo
-from tests.test_recalibrate import build_world
+from checkworthy.testing.claims import write_labels
+from checkworthy.testing.scratch_project import make_dvc_repo
+from checkworthy.testing.worlds import build_world
 
 BOUNDS = Bounds(min_rows=20)
 
 
 
 
-def write_csv(path: Path, rows: list[list], header=("id", "dataset", "label", "source")) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +49,7 @@ def test_label_file_makes_a_data_version_and_a_label_set_version(engine, world, 
     rows = ([[sid[i], w.tag, 1 - before[i], "annotator:ann"] for i in w.lab_ids[:3]]             # corrections
             + [[sid[i], w.tag, c.label, ""] for i, c in zip(w.extra_ids[:10], w.extra[:10])]      # additions
             + [[sid[i], w.tag, 1 - before[i], "annotator:bob"] for i in w.target_ids[:2]])        # gold only
-    src = write_csv(tmp_path / "batch-1.csv", rows)
+    src = write_labels(tmp_path / "batch-1.csv", rows)
     hash0 = versioning.data_hash(repo)
     placed = versioning.place_in_data(src, repo)
     assert placed == repo / "data" / "labels" / "batch-1.csv"
@@ -102,7 +94,7 @@ def test_reverting_a_correction_points_back_to_the_earlier_version(engine, world
     sid = source_ids(engine, w.lab_ids[:3] + w.extra_ids[:10])
     # undo the corrections and withdraw nothing else: the same content as before plus the additions
     rows = [[sid[i], w.tag, v_prev[i], "annotator:ann"] for i in w.lab_ids[:3]]
-    out = labels.apply_label_file(engine, write_csv(tmp_path / "revert.csv", rows), BOUNDS)
+    out = labels.apply_label_file(engine, write_labels(tmp_path / "revert.csv", rows), BOUNDS)
     (new_head,) = out.new_heads.values()
     assert out.status == "applied" and new_head != head
     with engine.connect() as conn:
@@ -124,7 +116,7 @@ def test_rerunning_the_main_job_keeps_corrections(engine, world, tmp_path):
         rows = conn.execute(text("SELECT c.id, c.source_id, t.text FROM claims c JOIN texts t "
                                  "USING (text_hash) WHERE c.id = ANY(:i) ORDER BY c.id"), {"i": ids}).all()
         from_file = {i: label_history.label_history(conn, i)[0]["label"] for i in ids}
-    out = labels.apply_label_file(engine, write_csv(tmp_path / "fix.csv", [
+    out = labels.apply_label_file(engine, write_labels(tmp_path / "fix.csv", [
         [sid[i], w.tag, 1 - from_file[i], "annotator:ann"] for i in ids]), BOUNDS)
     assert out.status == "applied"
     file_claims = [store.NewClaim(w.tag, "train", r.source_id, r.text, from_file[r.id]) for r in rows]
@@ -138,13 +130,13 @@ def test_bad_label_files_write_nothing(engine, world, tmp_path):
     with engine.connect() as conn:
         n = conn.execute(text("SELECT count(*) FROM label_updates")).scalar_one()
     with pytest.raises(DataError, match="unknown claim"):
-        labels.apply_label_file(engine, write_csv(tmp_path / "a.csv", [["no-such-id", w.tag, 1, ""]]), BOUNDS)
+        labels.apply_label_file(engine, write_labels(tmp_path / "a.csv", [["no-such-id", w.tag, 1, ""]]), BOUNDS)
     with pytest.raises(DataError, match="row 1, field 'label': required column missing"):
-        labels.apply_label_file(engine, write_csv(tmp_path / "b.csv", [["1", w.tag]], ("id", "dataset")),
+        labels.apply_label_file(engine, write_labels(tmp_path / "b.csv", [["1", w.tag]], ("id", "dataset")),
                                 BOUNDS)
     with pytest.raises(DataError, match="row 2, field 'label'"):  # a gold-only label must still be 0/1
         sid = source_ids(engine, w.target_ids[:1])
-        labels.apply_label_file(engine, write_csv(tmp_path / "c.csv", [[sid[w.target_ids[0]], w.tag, 7, ""]]),
+        labels.apply_label_file(engine, write_labels(tmp_path / "c.csv", [[sid[w.target_ids[0]], w.tag, 7, ""]]),
                                 BOUNDS)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM label_updates")).scalar_one() == n

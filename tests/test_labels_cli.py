@@ -21,8 +21,8 @@ from checkworthy.data import versioning
 from checkworthy.store import label_updates as label_history
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
-from tests.conftest import ATTEMPT_RECORDS, table_counts
-from tests.scratch_project import (
+from checkworthy.store.audit import ATTEMPT_RECORDS, table_counts
+from checkworthy.testing.scratch_project import (
     first_calibrations,
     fresh_database,
     make_scratch_project,
@@ -32,7 +32,7 @@ from tests.scratch_project import (
     run_cli,
     write_label_file,
 )
-from tests.test_recalibrate import assert_incremental_equals_full
+from checkworthy.testing.worlds import assert_incremental_equals_full
 
 SEED = 5005  # a lineage of its own: clef2024:calibration:seed=5005
 

@@ -17,8 +17,11 @@ PACKAGE = ROOT / "src" / "checkworthy"
 #: the flows sit in the top-level flows/, installed as checkworthy.flows (pyproject's package-dir)
 FLOWS = ROOT / "flows"
 
-#: bottom to top; a module may import its own layer and the layers below it, never above
-LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "serve", "cli"]
+#: bottom to top; a module may import its own layer and the layers below it, never above. ``testing``
+#: (fake model servers, datasets and scratch projects for the tests and benchmarks) sits on top: it
+#: may use any layer, and no module of the package may depend on it
+LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "serve", "cli",
+          "testing"]
 #: modules at the package root: settings and exceptions every layer may use
 FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors"}
 #: where an import inside a function may name a checkworthy module (start-up time of the command line)

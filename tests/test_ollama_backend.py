@@ -1,4 +1,4 @@
-"""The Ollama backend against a loopback server speaking Ollama's real API (tests/fake_ollama.py)."""
+"""The Ollama backend against a loopback server speaking Ollama's real API (checkworthy.testing.fake_ollama)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from checkworthy.scorers import prompt
 from checkworthy.scorers.base import ERROR, NOT_A_NUMBER, OK, OUT_OF_RANGE, UNPARSEABLE
 from checkworthy.scorers.http_retry import BackendConfigError, BackendError, RetryPolicy
-from checkworthy.scorers.ollama_backend import OllamaScorer
+from checkworthy.scorers.ollama_backend import OllamaOptions, OllamaScorer
 from checkworthy.scorers.prompt import ANSWER_SCHEMA, chat_prompt
 from checkworthy.scorers.registry import make_scorer
 from checkworthy.scorers.sampling_presets import paper_sampling
 from checkworthy.store.rows import params_hash
-from tests.fake_ollama import FakeOllama, statement_of
+from checkworthy.testing.fake_ollama import FakeOllama, statement_of
 
 FAST = RetryPolicy(max_retries=3, backoff=0.01, backoff_max=0.05)
 CLAIMS = ["Unemployment fell to 4 percent in 2015.", "We are going to win this.", "Thank you all."]
@@ -30,7 +30,7 @@ def server():
 
 def scorer(server: FakeOllama, model: str = "gemma3:1b", **kw) -> OllamaScorer:
     kw.setdefault("retry", FAST)
-    return OllamaScorer(model, host=server.url, **kw)
+    return OllamaScorer(model, OllamaOptions(host=server.url, **kw))
 
 
 def verbalised(out):
@@ -80,20 +80,23 @@ def test_params_paper_sampling_and_identity(server, monkeypatch):
     assert paper_sampling("gemma3:4b")[0].temperature == 1.0
     assert paper_sampling("llama3.2:1b") == (paper_sampling("gemma3:4b")[0], "default")
     assert paper_sampling("gemma3:270m", "t0.1")[0].temperature == 0.1
-    paper = OllamaScorer("gemma3:270m", retry=FAST)  # host from OLLAMA_HOST
+    paper = OllamaScorer("gemma3:270m", OllamaOptions(retry=FAST))  # host from OLLAMA_HOST
     p = paper.params()
     assert p["model"] == "gemma3:270m" and len(p["model_digest"]) == 64 and p["quantization"] == "Q4_K_M"
     assert (p["temperature"], p["top_k"], p["top_p"], p["seed"]) == (0.8, 64, 0.95, 0)
     assert p["sampling_preset"] == "paper" and p["format"] == "json_schema"
     assert p["prompt_version"] == prompt.prompt_version()
     assert server.url not in json.dumps(p) and "127.0.0.1" not in json.dumps(p)
-    ablation = OllamaScorer("gemma3:270m", sampling="t0.1", retry=FAST).params()
+    ablation = OllamaScorer("gemma3:270m", OllamaOptions(sampling="t0.1", retry=FAST)).params()
     assert ablation["temperature"] == 0.1 and ablation["sampling_preset"] == "t0.1"
     assert params_hash(ablation) != params_hash(p)
-    own = OllamaScorer("gemma3:270m", temperature=0.3, retry=FAST).params()
+    own = OllamaScorer("gemma3:270m", OllamaOptions(temperature=0.3, retry=FAST)).params()
     assert own["temperature"] == 0.3 and own["sampling_preset"] == "paper+override"
     via_registry, info = make_scorer("ollama:gemma3:270m", host=server.url, sampling="t0.1", batch_size=12)
     assert via_registry.params() == ablation and info[0] == prompt.prompt_version()
+    # the store's cache key: a different hash orphans every stored score (change it only on purpose)
+    pinned = "a51c5e464504e6b9c66b2fb119f8b9e5f55f12f583dcde1043faad904181b794"
+    assert params_hash(make_scorer("ollama:gemma3:270m", host=server.url)[0].params()) == pinned
 
 
 def test_old_server_gets_plain_json_format():

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy.cli.main import main
-from tests.conftest import table_counts
+from checkworthy.store.audit import table_counts
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ import pytest
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
 from checkworthy.runs.own_scores import OUT_COLUMNS
-from tests.conftest import raw_path, table_counts
-from tests.test_calibrate_cli import write
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.claims import write_csv
+from checkworthy.testing.datasets import raw_path
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +25,8 @@ def files(tmp_path_factory):
     test, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
     lab = [c for c in train if c.label == 1][:20] + [c for c in train if c.label == 0][:20]
     d = tmp_path_factory.mktemp("predict")
-    return (write(d / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab]),
-            write(d / "U.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in test[:16]]),
+    return (write_csv(d / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab]),
+            write_csv(d / "U.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in test[:16]]),
             d)
 
 

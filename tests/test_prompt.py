@@ -3,7 +3,6 @@ and answer parsing."""
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
@@ -26,9 +25,8 @@ from checkworthy.scorers.prompt import (
     parse_score,
     prompt_version,
 )
+from checkworthy.testing.claims import adversarial_claims
 
-#: score-like attacks on the slot (kept for the real-model test in test_embedded_gemma.py too)
-ADVERSARIAL = Path(__file__).parent / "data" / "adversarial_claims.csv"
 #: ordinary claims with numbers, colons and brackets: neutralising leaves their words and numbers
 BENIGN = {
     "The approval rating is 45 percent.": "The approval rating is 45 percent.",
@@ -44,10 +42,6 @@ BENIGN = {
 }
 
 
-def adversarial_claims() -> list[dict[str, str]]:
-    """attack (template id), clean (the claim without the attack; empty for a bare attack), claim."""
-    with open(ADVERSARIAL, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 INJECTIONS = [
@@ -211,7 +205,7 @@ def test_parse_answer_never_invents_a_score(answer: str, expected: tuple[float |
 @pytest.mark.slow
 def test_prefix_fits_well_inside_gemmas_sliding_window() -> None:
     """The shared prefix stays under ~450 Gemma tokens (sliding window: 512)."""
-    from checkworthy.scorers.embedded_gemma import load_tokenizer
+    from checkworthy.scorers.gguf_weights import load_tokenizer
 
     tokenizer = load_tokenizer()
     n_tokens = 1 + len(tokenizer(build_prefix(load_guidelines()), add_special_tokens=False).input_ids)

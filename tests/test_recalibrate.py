@@ -6,142 +6,38 @@ calibration set, real MiniLM embeddings, imported scores (a weak model's, loosel
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from functools import cache
-
 import numpy as np
 import pytest
 from sqlalchemy import text
 
-from checkworthy.data.datasets import Claim, load_clef, normalise_text
+from checkworthy.data.datasets import Claim
 from checkworthy.runs import recalibration as recalibrate_module
-from checkworthy.runs.calibration_run import compute, run_calibration
-from checkworthy.runs.recalibration import fast_run_key, find_parent, recalibrate, spec_from_run
-from checkworthy.scorers.base import OK, Score
-from checkworthy.store import lineages
+from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.recalibration import fast_run_key, find_parent, recalibrate
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results
-from checkworthy.store.embeddings import ensure_embeddings
-from checkworthy.store.run_spec import RunSpec, run_key
-from tests.conftest import raw_path
+from checkworthy.store.run_spec import run_key
+from checkworthy.testing.worlds import World, assert_equals_full, build_world, results, spec, truly_affected
 
 K = 5
 
 
-@dataclass
-class World:
-    """A small real calibration setting stored under its own dataset name."""
-
-    tag: str
-    lineage: str
-    target: str
-    key: store.ScoreKey
-    ls0: int
-    target_ids: list[int]
-    lab_ids: list[int]
-    extra: list[Claim]
-    extra_ids: list[int] = field(default_factory=list)
-    train: list[Claim] = field(default_factory=list)
-    dev: list[Claim] = field(default_factory=list)
 
 
-def fake_score(text_: str, label: int) -> float:
-    """A deterministic weak model: label-leaning, with text-hash noise."""
-    u = int(hashlib.sha256(text_.encode()).hexdigest()[:8], 16) / 2**32
-    return round(float(np.clip(0.35 + 0.25 * label + 0.5 * (u - 0.5), 0, 1)), 4)
 
 
-@cache
-def clef() -> tuple[list[Claim], list[Claim]]:
-    train, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")
-    dev, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
-    return train, dev
 
 
-def build_world(engine, tag: str, n_per_class: int = 60, n_extra: int = 60, seed: int = 11) -> World:
-    """Store targets, a labelled set and spare labelled claims under dataset ``tag``; embed and score them."""
-    train, dev = clef()
-    dev_texts = {normalise_text(c.text) for c in dev}
-    by_text: dict[str, set[int]] = {}
-    for c in train:
-        by_text.setdefault(normalise_text(c.text), set()).add(c.label)
-    clean = [c for c in train
-             if normalise_text(c.text) not in dev_texts and len(by_text[normalise_text(c.text)]) == 1]
-    rng = np.random.default_rng(seed)
-    n = n_per_class + n_extra
-    pos = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 1])[:n]]
-    neg = [clean[i] for i in rng.permutation([i for i, c in enumerate(clean) if c.label == 0])[:n]]
-    lab = pos[:n_per_class] + neg[:n_per_class]
-    extra = [c for pair in zip(pos[n_per_class:], neg[n_per_class:]) for c in pair][:n_extra]
-    lineage, target = f"{tag}:calibration", f"{tag}:test"
-    with engine.begin() as conn:
-        lab_ids = store.store_claims_with_labels(
-            conn, [store.NewClaim(tag, "train", c.source_id, c.text, c.label) for c in lab], f"{tag}:file")
-        t_ids = store.store_claims_with_labels(
-            conn, [store.NewClaim(tag, "dev-test", c.source_id, c.text, c.label) for c in dev], f"{tag}:file")
-        extra_ids = store.store_claims_with_labels(  # stored unlabelled: the data team labels them later
-            conn, [store.NewClaim(tag, "train", c.source_id, c.text) for c in extra], f"{tag}:file")
-        model = store.ensure_model(conn, f"file:{tag}", "file")
-        params = {"source": f"{tag}-scores"}
-        store.insert_predictions(conn, model, "none", params, [
-            (store.sha256_text(c.text), {"imported": Score(fake_score(c.text, c.label), OK, "imported")})
-            for c in lab + dev + extra])
-        ensure_embeddings(conn, [store.sha256_text(c.text) for c in lab + dev + extra])
-        ls0 = store.create_label_set(conn, lineage, lab_ids)
-        lineages.register_target(conn, target, lineage, t_ids)
-        lineages.set_head(conn, lineage, ls0, "initial")
-    key = store.ScoreKey(model, "none", store.params_hash(params), "imported")
-    return World(tag, lineage, target, key, ls0, t_ids, lab_ids, extra, extra_ids, train, dev)
 
 
-def spec(w: World, label_set_id: int, k: int = K, target_ids=None) -> RunSpec:
-    return RunSpec(w.target, tuple(sorted(target_ids or w.target_ids)), label_set_id, w.key, k)
 
 
-def results(conn, run_id):
-    return {r["claim_id"]: r for r in load_results(conn, run_id)}
 
 
-def assert_equals_full(engine, s: RunSpec, run_id: int) -> dict:
-    """The stored run equals a from-scratch computation of the same spec (same SQL kNN, same NN-PPI)."""
-    with engine.connect() as conn:
-        ids, res, nb, _ = compute(conn, s)
-        got = results(conn, run_id)
-    assert sorted(got) == sorted(int(i) for i in ids)
-    for i, cid in enumerate(ids):
-        r = got[int(cid)]
-        assert list(r["neighbor_ids"]) == [int(x) for x in nb.neighbor_ids[i]]
-        assert list(r["neighbor_distances"]) == [float(x) for x in nb.distances[i]]
-        assert (r["theta"], r["ci_low"], r["ci_high"], r["knn_mean"], r["decision"]) == (
-            float(res.theta[i]), float(res.ci_low[i]), float(res.ci_high[i]), float(res.knn_mean[i]),
-            bool(res.decision[i]))
-    return got
 
 
-def truly_affected(old: dict, new: dict, changed: set[int]) -> set[int]:
-    """Claims whose neighbour list differs, or whose (same) neighbours include a relabelled claim."""
-    return {c for c in new if c not in old or list(old[c]["neighbor_ids"]) != list(new[c]["neighbor_ids"])
-            or set(new[c]["neighbor_ids"]) & changed}
 
 
-def assert_incremental_equals_full(engine, run_id: int, parent_id: int, label_set_id: int,
-                                   targets, flipped: set[int]) -> tuple[int, int]:
-    """A stored incremental run: complete, on ``label_set_id``, child of ``parent_id``; row for row a
-    full recomputation; and it recomputed exactly the claims the change affects (the rest copied).
-    Returns (claims recomputed, claims in the run)."""
-    with engine.connect() as conn:
-        run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
-        old_res = {x["claim_id"]: x for x in load_results(conn, parent_id)}
-    assert (run["mode"], run["status"], run["parent_run_id"], run["label_set_id"]) == (
-        "incremental", "complete", parent_id, label_set_id)
-    new_res = assert_equals_full(engine, spec_from_run(run, label_set_id, targets), run_id)
-    with engine.connect() as conn:
-        recomputed = set(conn.execute(text("SELECT claim_id FROM calibrated_results WHERE run_id = :r "
-                                           "AND computed_in_run IS NULL"), {"r": run_id}).scalars())
-    assert recomputed == truly_affected(old_res, new_res, flipped)
-    assert 0 < len(recomputed) < len(new_res)
-    return len(recomputed), len(new_res)
 
 
 def newest_set(conn, w: World) -> int:

@@ -29,11 +29,10 @@ from checkworthy.runs.review_queue import answers_as_label_file, export_rows, wr
 from checkworthy.store import lineages
 from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
-from checkworthy.store.audit import explain
+from checkworthy.store.audit import explain, table_counts
 from checkworthy.store.calibration_runs import load_run, result_values
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import table_counts
-from tests.test_recalibrate import build_world
+from checkworthy.testing.worlds import build_world
 
 BOUNDS = Bounds(min_rows=20)
 

@@ -25,7 +25,7 @@ from checkworthy.runs.own_scores import calibrate_files
 from checkworthy.store import audit, lineages
 from checkworthy.store.engine import get_engine
 from checkworthy.store.run_spec import RunMethods
-from tests.test_append_only import clef_claims
+from checkworthy.testing.claims import clef_claims
 
 DENIED = "42501"  # insufficient_privilege
 AUDITOR_LOGIN, PIPELINE_LOGIN = "cw_test_auditor", "cw_test_pipeline"

@@ -31,10 +31,11 @@ from checkworthy.method.predictor_choice import (
 from checkworthy.runs.calibration_run import compute, labelled_pool, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import raw_path, table_counts
+from checkworthy.testing.datasets import raw_path
 
 N_LAB, N_ALL, K = 90, 130, 5
 TARGET = "methods-test:test"

@@ -18,7 +18,7 @@ from checkworthy.runs.recalibration import fast_run_key
 from checkworthy.store.calibration_runs import insert_run, load_run
 from checkworthy.store.rows import ScoreKey
 from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunContext, RunMethods, RunSpec, run_key
-from tests.conftest import raw_path
+from checkworthy.testing.datasets import raw_path
 
 KEY = ScoreKey(3, "v1", "abc", "token_prob")
 

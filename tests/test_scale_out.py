@@ -1,7 +1,7 @@
 """Embedding and scoring fanned out on a real local Dask cluster (prefect-dask) of 2 worker
 processes, against the same flow on threads; and a worker killed mid-chunk.
 
-The model is Ollama's protocol answered by the loopback fake (tests/fake_ollama.py; no model can
+The model is Ollama's protocol answered by the loopback fake (checkworthy.testing.fake_ollama; no model can
 run in two processes here in reasonable time): its answer depends on the text alone, so a text
 scored under the wrong claim or twice would show. Each run uses its own ``seed`` option, so each
 stores its own scores (the store never scores a text twice under one key).
@@ -23,8 +23,8 @@ from checkworthy.data.datasets import load_clef
 from checkworthy.flows.pipeline import fan_out
 from checkworthy.flows.task_runners import dask_address, task_runner
 from checkworthy.store import rows as store
-from tests.conftest import raw_path
-from tests.fake_ollama import FakeOllama
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.fake_ollama import FakeOllama
 
 TAG = "t13-dask"
 N = 96

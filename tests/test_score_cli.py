@@ -13,17 +13,10 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.runs import train_classifier
-from tests.conftest import table_counts
-from tests.fake_ollama import FakeOllama
-from tests.fake_openai import SERVER_ERROR, FakeOpenAI
-
-
-def write_csv(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.claims import write_csv
+from checkworthy.testing.fake_ollama import FakeOllama
+from checkworthy.testing.fake_openai import SERVER_ERROR, FakeOpenAI
 
 
 def read_csv(path):

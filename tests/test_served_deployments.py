@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, text
 
 from checkworthy.data import versioning
 from checkworthy.store import lineages
-from tests.scratch_project import (
+from checkworthy.testing.scratch_project import (
     first_calibrations,
     free_port,
     fresh_database,
@@ -40,7 +40,7 @@ from tests.scratch_project import (
     pushed_files,
     write_label_file,
 )
-from tests.test_recalibrate import assert_incremental_equals_full
+from checkworthy.testing.worlds import assert_incremental_equals_full
 
 SEED = 4004  # a lineage of its own: clef2024:calibration:seed=4004
 WATCH_INTERVAL = 10  # seconds between scheduled watch-changes runs (each takes about as long)

@@ -16,11 +16,11 @@ from checkworthy.runs import label_updates as labels
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.store import lineages, validations
 from checkworthy.store import rows as store
+from checkworthy.store.audit import ATTEMPT_RECORDS, table_counts
 from checkworthy.store.calibration_runs import runs_in_force
 from checkworthy.store.run_spec import RunSpec
-from tests.conftest import ATTEMPT_RECORDS, table_counts
-from tests.test_labels import write_csv
-from tests.test_recalibrate import build_world, clef
+from checkworthy.testing.claims import clef, write_labels
+from checkworthy.testing.worlds import build_world
 
 HEADER = ("id", "dataset", "label", "source", "text")
 
@@ -80,7 +80,7 @@ def test_each_failure_blocks_the_update_and_is_stored(engine, world, tmp_path, c
     with engine.connect() as conn:
         head = lineages.lineage_head(conn, w.lineage)
         in_force = [r["id"] for r in runs_in_force(conn, w.lineage)]
-    path = write_csv(tmp_path / f"{check}.csv", rows, HEADER)
+    path = write_labels(tmp_path / f"{check}.csv", rows, HEADER)
     out = labels.apply_label_file(engine, path, validation.Bounds(min_rows=20, **bounds))
     assert out.status == "rejected" and out.new_heads == {} and out.n_appended == 0
     # nothing already stored changed, the calibration in force stays

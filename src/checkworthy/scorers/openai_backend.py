@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,38 +66,48 @@ AZURE_DEFAULT_API_VERSION = "2024-10-21"
 RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 
 
+@dataclass(frozen=True)
+class OpenAIOptions:
+    """How an OpenAI-compatible model is asked (:class:`OpenAIScorer`): sampling (``temperature``,
+    ``top_p``, ``seed``; ``None`` = provider default), ``max_tokens``, ``reasoning_effort``,
+    ``response_format``, and the service: ``api`` (auto, openai, azure), ``base_url``, ``api_key``,
+    ``api_version`` (else from the environment), ``stream``, requests in flight, ``timeout``,
+    retries."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    response_format: str = "json_schema"
+    api: str = "auto"
+    base_url: str | None = None
+    api_key: str | None = None
+    api_version: str | None = None
+    stream: bool = False
+    concurrency: int = 4
+    timeout: float = 120.0
+    retry: RetryPolicy = RetryPolicy()
+
+    def __post_init__(self) -> None:
+        if self.api not in ("auto", "openai", "azure"):
+            raise ValueError(f"openai: api must be auto, openai or azure, not {self.api!r}")
+        if self.response_format not in RESPONSE_FORMATS:
+            raise ValueError(f"openai: response_format must be one of {', '.join(RESPONSE_FORMATS)}")
+
+
 class OpenAIScorer:
     """Verbalised check-worthiness scores from an OpenAI-compatible chat model (``openai:<deployment>``)."""
 
     score_kinds = (VERBALISED,)
 
-    def __init__(
-        self,
-        deployment: str | None = None,
-        *,
-        api: str = "auto",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_version: str | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        reasoning_effort: str | None = None,
-        response_format: str = "json_schema",
-        stream: bool = False,
-        concurrency: int = 4,
-        timeout: float = 120.0,
-        retry: RetryPolicy | None = None,
-        guidelines_path: str | Path = DEFAULT_GUIDELINES,
-    ) -> None:
+    def __init__(self, deployment: str | None = None, options: OpenAIOptions = OpenAIOptions(), *,
+                 guidelines_path: str | Path = DEFAULT_GUIDELINES) -> None:
+        o = options
+        api = o.api
         if api == "auto":
-            own_url = base_url or os.environ.get("OPENAI_BASE_URL")
+            own_url = o.base_url or os.environ.get("OPENAI_BASE_URL")
             api = "azure" if os.environ.get("AZURE_OPENAI_ENDPOINT") and not own_url else "openai"
-        if api not in ("openai", "azure"):
-            raise ValueError(f"openai: api must be auto, openai or azure, not {api!r}")
-        if response_format not in RESPONSE_FORMATS:
-            raise ValueError(f"openai: response_format must be one of {', '.join(RESPONSE_FORMATS)}")
         if not deployment and api == "azure":
             deployment = os.environ.get("AZURE_OPENAI_DEPLOYMENT")
         deployment = deployment or os.environ.get("OPENAI_DEPLOYMENT")
@@ -104,36 +115,36 @@ class OpenAIScorer:
             raise ValueError("openai: name the deployment (openai:<deployment> or OPENAI_DEPLOYMENT)")
         self.api, self.deployment = api, deployment
         self.spec = f"openai:{deployment}"
-        self.temperature = None if temperature is None else float(temperature)
-        self.top_p = None if top_p is None else float(top_p)
-        self.seed = None if seed is None else int(seed)
-        self.max_tokens = max_tokens
-        self.reasoning_effort = reasoning_effort
-        self.response_format = response_format
-        self.stream = bool(stream)
-        self.concurrency = max(1, int(concurrency))
-        self.retry = retry or RetryPolicy()
+        self.temperature = None if o.temperature is None else float(o.temperature)
+        self.top_p = None if o.top_p is None else float(o.top_p)
+        self.seed = None if o.seed is None else int(o.seed)
+        self.max_tokens = o.max_tokens
+        self.reasoning_effort = o.reasoning_effort
+        self.response_format = o.response_format
+        self.stream = bool(o.stream)
+        self.concurrency = max(1, int(o.concurrency))
+        self.retry = o.retry
         self.guidelines = load_guidelines(guidelines_path)
         self.prompt_version = prompt_version(guidelines_path)
         self._gate = Gate()
         if api == "azure":
-            endpoint = base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
-            key = api_key or os.environ.get("AZURE_OPENAI_API_KEY")
+            endpoint = o.base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+            key = o.api_key or os.environ.get("AZURE_OPENAI_API_KEY")
             if not endpoint or not key:
                 raise ValueError("openai (azure): set AZURE_OPENAI_ENDPOINT and AZURE_OPENAI_API_KEY")
-            version = (api_version or os.environ.get("OPENAI_API_VERSION")
+            version = (o.api_version or os.environ.get("OPENAI_API_VERSION")
                        or os.environ.get("AZURE_OPENAI_API_VERSION") or AZURE_DEFAULT_API_VERSION)
             self.api_version: str | None = version
             self._client: openai.OpenAI = openai.AzureOpenAI(
                 azure_endpoint=endpoint, api_key=key, api_version=version, azure_deployment=deployment,
-                timeout=timeout, max_retries=0)
+                timeout=o.timeout, max_retries=0)
         else:
-            key = api_key or os.environ.get("OPENAI_API_KEY")
+            key = o.api_key or os.environ.get("OPENAI_API_KEY")
             if not key:
                 raise ValueError("openai: set OPENAI_API_KEY (any non-empty value for keyless local servers)")
             self.api_version = None
-            self._client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
-                                         api_key=key, timeout=timeout, max_retries=0)
+            self._client = openai.OpenAI(base_url=o.base_url or os.environ.get("OPENAI_BASE_URL") or None,
+                                         api_key=key, timeout=o.timeout, max_retries=0)
 
     def params(self) -> dict[str, Any]:
         """What determines the scores; ``None`` = provider default. No URL, no key."""

@@ -12,6 +12,7 @@ transformers, the Ollama or OpenAI client), and start-up stays fast without them
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,8 @@ from checkworthy.scorers.sampling_presets import GREEDY, Sampling, paper_samplin
 
 PromptInfo = tuple[str, str, str]
 NO_PROMPT: PromptInfo = ("none", "", "")
+#: ``factory(spec, **options)``: the scorer a spec names and its prompt identity
 ScorerFactory = Callable[..., tuple[Scorer, PromptInfo]]
-#: model kinds (the ``kind`` of ``kind:name``) added at run time, beside the built-in ones
-FACTORIES: dict[str, ScorerFactory] = {}
 
 
 def prompt_info(guidelines_path: str | Path | None = None) -> PromptInfo:
@@ -65,97 +65,135 @@ def configured_scorer(params: Mapping[str, Any], name: str, **overrides: Any) ->
     """The scorer of the ``models:`` entry ``name`` (or of a bare spec) with its options from params,
     then ``overrides`` (e.g. guidelines)."""
     spec = model_entry(params, name)["spec"]
-    options = model_options(params, name) | overrides
-    factory = FACTORIES.get(spec.partition(":")[0], make_scorer)
-    return factory(spec, **options)
+    return make_scorer(spec, **(model_options(params, name) | overrides))
 
 
 def make_scorer(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
-    """Build the scorer a spec names; ``options`` come from params.yaml (unknown ones ignored)."""
-    kind, _, name = spec.partition(":")
+    """Build the scorer a spec names (its ``kind:`` picks the factory in :data:`FACTORIES`);
+    ``options`` come from params.yaml (those a backend does not take are ignored)."""
+    kind = spec.partition(":")[0]
+    if kind not in FACTORIES:
+        *others, last = (f"{k}:" for k in FACTORIES)
+        raise ValueError(f"unknown model spec {spec!r}: expected {', '.join(others)} or {last}")
+    return FACTORIES[kind](spec, **options)
+
+
+def _embedded(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
+    """``embedded:gemma3-270m`` (sampled and ``token_prob`` scores) or ``embedded:gemma3-270m-fewshot``."""
+    name = spec.partition(":")[2]
+    if name not in ("gemma3-270m", "gemma3-270m-fewshot"):
+        raise ValueError(f"unknown embedded model {name!r} (available: gemma3-270m, gemma3-270m-fewshot)")
+    from checkworthy.scorers.embedded_gemma import (  # start-up: torch, transformers
+        PAPER,
+        EmbeddedGemmaScorer,
+        GemmaOptions,
+    )
+
     guidelines = options.get("guidelines")
-    if kind == "embedded":
-        if name not in ("gemma3-270m", "gemma3-270m-fewshot"):
-            raise ValueError(f"unknown embedded model {name!r} (available: gemma3-270m, gemma3-270m-fewshot)")
-        if name == "gemma3-270m-fewshot":
-            from checkworthy.scorers.fewshot_gemma import FewShotGemmaScorer  # start-up: torch, transformers
+    if name == "gemma3-270m-fewshot":
+        from checkworthy.scorers.fewshot_gemma import FewShotGemmaScorer  # start-up: torch, transformers
 
-            paths = (guidelines or prompt.DEFAULT_GUIDELINES,
-                     options.get("demonstrations") or fewshot_prompt.DEFAULT_DEMONSTRATIONS)
-            scorer = FewShotGemmaScorer(progress=False, guidelines_path=paths[0],
-                                        demonstrations_path=paths[1],
-                                        **{k: options[k] for k in ("batch_size",) if k in options})
-            # the store keeps the rendered prefix: demonstrations and guidelines as the model read them
-            return scorer, (fewshot_prompt.prompt_version(*paths), fewshot_prompt.build_prefix(*paths),
-                            f"fewshot-{fewshot_prompt.TEMPLATE_VERSION}")
-        from checkworthy.scorers.embedded_gemma import (  # start-up: torch, transformers
-            PAPER,
-            EmbeddedGemmaScorer,
-        )
-
-        kwargs: dict[str, Any] = {k: options[k] for k in ("batch_size", "seed") if k in options}
-        kwargs["token_prob_only"] = options.get("mode") == "token_prob"
-        temperature = options.get("temperature")
-        if temperature is None and options.get("sampling") not in (None, "paper"):
-            temperature = paper_sampling("gemma3:270m", options["sampling"])[0].temperature  # same presets
-        if temperature is not None:
-            kwargs["sampling"] = GREEDY if temperature == 0 else Sampling(
-                temperature=float(temperature), top_k=PAPER.top_k, top_p=PAPER.top_p)
-        if guidelines:
-            kwargs["guidelines_path"] = guidelines
-        return EmbeddedGemmaScorer(progress=False, **kwargs), prompt_info(guidelines)
-    if kind == "ollama":
-        from checkworthy.scorers.ollama_backend import OllamaScorer  # start-up: ollama client
-
-        kwargs = _pick(options, "host", "mode", "sampling", "temperature", "top_k", "top_p", "seed",
-                       "num_predict", "num_ctx", "structured", "stream", "concurrency", "timeout",
-                       "connect_timeout", "keep_alive")
-        if guidelines:
-            kwargs["guidelines_path"] = guidelines
-        return OllamaScorer(name, retry=_retry_policy(options), **kwargs), prompt_info(guidelines)
-    if kind == "openai":
-        from checkworthy.scorers.openai_backend import OpenAIScorer  # start-up: openai client
-
-        kwargs = _pick(options, "api", "api_version", "base_url", "temperature", "top_p", "seed",
-                       "max_tokens", "reasoning_effort", "response_format", "stream", "concurrency",
-                       "timeout")
-        if guidelines:
-            kwargs["guidelines_path"] = guidelines
-        return OpenAIScorer(name or None, retry=_retry_policy(options), **kwargs), prompt_info(guidelines)
-    if kind == "classifier":
-        if not name:
-            raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
-        kwargs = _pick(options, "root", "batch_size")
-        mtype = model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT)))
-        if mtype in ADAPTER_TYPES:
-            from checkworthy.scorers.lora_classifier import LoraClassifierScorer  # start-up: torch, peft
-
-            if mtype == CROSSFIT:  # a lineage's adapted model: each labelled text scored out of fold
-                from checkworthy.scorers.crossfit import load_crossfit  # start-up: torch, peft
-
-                kwargs["load"] = load_crossfit
-            return LoraClassifierScorer(name, **kwargs), NO_PROMPT
-        return ClassifierScorer(name, **kwargs), NO_PROMPT
-    if kind == "ensemble":
-        refs = [r.strip() for r in name.split("+")]
-        if len(refs) < 2 or not all(refs):
-            raise ValueError(f"{spec!r}: an ensemble names two or more classifiers, e.g. "
-                             "ensemble:minilm-lora+gemma-lora")
-        members = [make_scorer(f"classifier:{r}", **options)[0] for r in refs]
-        return EnsembleScorer(spec, members), NO_PROMPT
-    if kind == "file":
-        if not name:
-            raise ValueError("file: needs a CSV path, e.g. file:scores/gpt.csv")
-        return FileScorer(name, **_pick(options, "score_kind", "score_column")), NO_PROMPT
-    raise ValueError(f"unknown model spec {spec!r}: expected embedded:, ollama:, openai:, classifier:, "
-                     "ensemble: or file:")
+        paths = (guidelines or prompt.DEFAULT_GUIDELINES,
+                 options.get("demonstrations") or fewshot_prompt.DEFAULT_DEMONSTRATIONS)
+        scorer = FewShotGemmaScorer(GemmaOptions(**_pick(options, "batch_size")), progress=False,
+                                    guidelines_path=paths[0], demonstrations_path=paths[1])
+        # the store keeps the rendered prefix: demonstrations and guidelines as the model read them
+        return scorer, (fewshot_prompt.prompt_version(*paths), fewshot_prompt.build_prefix(*paths),
+                        f"fewshot-{fewshot_prompt.TEMPLATE_VERSION}")
+    chosen: dict[str, Any] = {k: options[k] for k in ("batch_size", "seed") if k in options}
+    chosen["token_prob_only"] = options.get("mode") == "token_prob"
+    temperature = options.get("temperature")
+    if temperature is None and options.get("sampling") not in (None, "paper"):
+        temperature = paper_sampling("gemma3:270m", options["sampling"])[0].temperature  # same presets
+    if temperature is not None:
+        chosen["sampling"] = GREEDY if temperature == 0 else Sampling(
+            temperature=float(temperature), top_k=PAPER.top_k, top_p=PAPER.top_p)
+    scorer = EmbeddedGemmaScorer(GemmaOptions(**chosen), progress=False,
+                                 **({"guidelines_path": guidelines} if guidelines else {}))
+    return scorer, prompt_info(guidelines)
 
 
-def _pick(options: dict[str, Any], *keys: str) -> dict[str, Any]:
+def _ollama(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
+    """``ollama:<model>``, options as :class:`~checkworthy.scorers.ollama_backend.OllamaOptions`."""
+    from checkworthy.scorers.ollama_backend import OllamaOptions, OllamaScorer  # start-up: ollama client
+
+    guidelines = options.get("guidelines")
+    chosen = OllamaOptions(retry=_retry_policy(options), **_fields(OllamaOptions, options))
+    scorer = OllamaScorer(spec.partition(":")[2], chosen,
+                          **({"guidelines_path": guidelines} if guidelines else {}))
+    return scorer, prompt_info(guidelines)
+
+
+def _openai(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
+    """``openai:<deployment>``, options as :class:`~checkworthy.scorers.openai_backend.OpenAIOptions`
+    (never its ``api_key``: keys come from the environment, not params)."""
+    from checkworthy.scorers.openai_backend import OpenAIOptions, OpenAIScorer  # start-up: openai client
+
+    guidelines = options.get("guidelines")
+    chosen = OpenAIOptions(retry=_retry_policy(options), **_fields(OpenAIOptions, options, "api_key"))
+    scorer = OpenAIScorer(spec.partition(":")[2] or None, chosen,
+                          **({"guidelines_path": guidelines} if guidelines else {}))
+    return scorer, prompt_info(guidelines)
+
+
+def _classifier(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
+    """``classifier:<name>[@<version>]``: a logistic head, a LoRA adapter or a lineage's cross-fit."""
+    name = spec.partition(":")[2]
+    if not name:
+        raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
+    kwargs = _pick(options, "root", "batch_size")
+    mtype = model_type(name, Path(kwargs.get("root", ARTEFACT_ROOT)))
+    if mtype in ADAPTER_TYPES:
+        from checkworthy.scorers.lora_classifier import LoraClassifierScorer  # start-up: torch, peft
+
+        if mtype == CROSSFIT:  # a lineage's adapted model: each labelled text scored out of fold
+            from checkworthy.scorers.crossfit import load_crossfit  # start-up: torch, peft
+
+            kwargs["load"] = load_crossfit
+        return LoraClassifierScorer(name, **kwargs), NO_PROMPT
+    return ClassifierScorer(name, **kwargs), NO_PROMPT
+
+
+def _ensemble(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
+    """``ensemble:<name>+<name>...``: trained classifiers' mean log-odds."""
+    refs = [r.strip() for r in spec.partition(":")[2].split("+")]
+    if len(refs) < 2 or not all(refs):
+        raise ValueError(f"{spec!r}: an ensemble names two or more classifiers, e.g. "
+                         "ensemble:minilm-lora+gemma-lora")
+    members = [make_scorer(f"classifier:{r}", **options)[0] for r in refs]
+    return EnsembleScorer(spec, members), NO_PROMPT
+
+
+def _file(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
+    """``file:<path>``: scores imported from a CSV."""
+    path = spec.partition(":")[2]
+    if not path:
+        raise ValueError("file: needs a CSV path, e.g. file:scores/gpt.csv")
+    return FileScorer(path, **_pick(options, "score_kind", "score_column")), NO_PROMPT
+
+
+#: spec kind (the ``kind`` of ``kind:name``) -> factory; the one dispatch of :func:`make_scorer`.
+#: Backends are imported inside their factory, when a spec names them (tests may add kinds here)
+FACTORIES: dict[str, ScorerFactory] = {
+    "embedded": _embedded,
+    "ollama": _ollama,
+    "openai": _openai,
+    "classifier": _classifier,
+    "ensemble": _ensemble,
+    "file": _file,
+}
+
+
+def _pick(options: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     """The options a backend understands (params.yaml may hold settings meant for other backends)."""
     return {k: options[k] for k in keys if options.get(k) is not None}
 
 
-def _retry_policy(options: dict[str, Any]) -> RetryPolicy:
+def _fields(cls: type, options: Mapping[str, Any], *exclude: str) -> dict[str, Any]:
+    """The options that are fields of the options dataclass ``cls`` (but its ``retry`` and ``exclude``)."""
+    return _pick(options, *(f.name for f in dataclasses.fields(cls) if f.name not in ("retry", *exclude)))
+
+
+def _retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
     """A ``RetryPolicy`` from ``max_retries``, ``backoff``, ``backoff_max``, ``max_retry_after``."""
     return RetryPolicy(**_pick(options, "max_retries", "backoff", "backoff_max", "max_retry_after"))

@@ -174,3 +174,19 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+#: tables that record an attempt itself (a label file's update, its validation, the data version
+#: it was judged on, the flow run): a refused label update writes these, and only these
+ATTEMPT_RECORDS = ("label_updates", "validation_runs", "validation_results", "data_versions", "flow_runs",
+                   "flow_run_data_versions", "change_events")
+
+
+def table_counts(engine: Engine, ignore: Sequence[str] = ()) -> dict[str, int]:
+    """Row counts of every table of the schema but ``ignore``: what a command wrote, or that a
+    refused one wrote nothing."""
+    with engine.connect() as conn:
+        tables = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                                   "ORDER BY tablename")).scalars().all()
+        return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one()
+                for t in tables if t not in ignore}

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.fake_ollama import Handler, LoopbackServer, Request, toy_answer
+from checkworthy.testing.fake_ollama import Handler, LoopbackServer, Request, toy_answer
 
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,

@@ -17,6 +17,7 @@ Failures are scripted per request with :meth:`LoopbackServer.script` (``status``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -241,10 +242,10 @@ class FakeOllama(LoopbackServer):
 
     @staticmethod
     def _tag(name: str) -> dict[str, Any]:
-        digest = f"{abs(hash(name)) % 16**12:012x}" * 5 + "abcd"
+        digest = hashlib.sha256(name.encode()).hexdigest()  # the same in every process, as a real one
         return {
             "name": name, "model": name, "modified_at": "2025-08-14T10:00:00.000000000Z",
-            "size": 815319791, "digest": digest[:64],
+            "size": 815319791, "digest": digest,
             "details": {"parent_model": "", "format": "gguf", "family": "gemma3", "families": ["gemma3"],
                         "parameter_size": "999.89M", "quantization_level": "Q4_K_M"},
         }

@@ -26,11 +26,12 @@ import numpy as np
 import yaml
 from sqlalchemy import text
 
+from checkworthy.config import ROOT
 from checkworthy.data import versioning
 from checkworthy.data.datasets import load_clef, normalise_text
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
-from tests.conftest import ROOT, raw_path
+from checkworthy.testing.datasets import raw_path
 
 CLEF_FILES = (("train", "CT24_checkworthy_english_train.tsv"),
               ("dev", "CT24_checkworthy_english_dev.tsv"),
@@ -175,8 +176,9 @@ def first_calibrations(project: dict[str, Any], env: dict[str, str]) -> subproce
 
 def write_label_file(engine, lineage: str, path: Path) -> dict[str, Any]:
     """A label file of 16 new labels (8 per class: CLEF train claims the lineage does not hold, each
-    with a text of its own, none shared with the test split) and 2 corrections (flipped labels of members); no text
-    column, so the raw CLEF files give the texts. Returns the head it was written against."""
+    with a text of its own, none shared with the test split) and 2 corrections (flipped labels of
+    members); no text column, so the raw CLEF files give the texts. Returns the head it was written
+    against."""
     with engine.connect() as conn:
         head = lineages.lineage_head(conn, lineage)
         members = store.label_set_claims(conn, head)
