@@ -119,7 +119,7 @@ def knn_sql(engine, ls: int, key: store.ScoreKey, ids: list[int], knn: KnnPath, 
 
     def one(chunk: list[int]) -> np.ndarray:
         with engine.begin() as conn:
-            return nearest_labelled(conn, ls, chunk, K, key, knn=knn).neighbor_ids
+            return nearest_labelled(conn, ls, chunk, K, key, knn=knn).neighbour_ids
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:

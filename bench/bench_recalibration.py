@@ -107,8 +107,8 @@ def identical(engine, a: int, b: int) -> int:
             """SELECT count(*) FROM calibrated_results x FULL JOIN calibrated_results y
                  ON y.run_id = :b AND y.claim_id = x.claim_id
                WHERE (x.run_id = :a OR x.run_id IS NULL) AND (y.run_id = :b OR y.run_id IS NULL)
-                 AND (x.claim_id IS NULL OR y.claim_id IS NULL OR x.neighbor_ids <> y.neighbor_ids
-                      OR x.neighbor_distances <> y.neighbor_distances OR x.theta <> y.theta
+                 AND (x.claim_id IS NULL OR y.claim_id IS NULL OR x.neighbour_ids <> y.neighbour_ids
+                      OR x.neighbour_distances <> y.neighbour_distances OR x.theta <> y.theta
                       OR x.ci_low <> y.ci_low OR x.ci_high <> y.ci_high OR x.decision <> y.decision
                       OR x.knn_mean <> y.knn_mean)"""), {"a": a, "b": b}).scalar_one()
 

@@ -139,7 +139,7 @@ def assert_equals_batch(engine, world, served_run: int, body: dict) -> None:
         i = order[r["claim_id"]]
         assert (r["theta"], r["ci_low"], r["ci_high"], r["decision"]) == (
             float(res.theta[i]), float(res.ci_low[i]), float(res.ci_high[i]), int(res.decision[i]))
-        assert [n["claim_id"] for n in r["neighbours"]] == [int(x) for x in nb.neighbor_ids[i]]
+        assert [n["claim_id"] for n in r["neighbours"]] == [int(x) for x in nb.neighbour_ids[i]]
         assert r["score"] == min(1.0, max(0.0, r["theta"]))
 
 

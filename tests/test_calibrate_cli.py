@@ -181,8 +181,8 @@ def test_a_named_lineage_is_one_files_and_a_bad_name_is_refused_before_anything_
     refused = [(str(lab), name, "--name: 1 to 64 letters, digits") for name in
                ("", "desk a", "x" * 65, "team:a", ".a", "déjà")]
     refused.append((str(other), "desk-a", "--name desk-a: already the lineage of other labels"))
-    for labeled, name, message in refused:
-        assert main(["calibrate", "--labeled", labeled, "--unlabeled", str(unl), "--k", str(K),
+    for labelled, name, message in refused:
+        assert main(["calibrate", "--labeled", labelled, "--unlabeled", str(unl), "--k", str(K),
                      "--out", str(out2), "--name", name]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, (name, err)

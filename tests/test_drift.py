@@ -196,7 +196,7 @@ def test_a_batch_partly_beyond_sends_only_its_far_claims_to_a_person(engine, wor
     d, rule = params["drift"], ReviewRule.from_dict(params["review"])
     assert d["alert"] and d["n_beyond"] >= 30 and d["share"] < 0.5
     for r in rows:
-        if r["neighbor_distances"][0] > d["radius"]:
+        if r["neighbour_distances"][0] > d["radius"]:
             assert queued[r["claim_id"]][0] == "drift" and "far from every labelled claim" in queued[r["claim_id"]][1]
         elif rule.review([r["theta"]])[0]:
             assert queued[r["claim_id"]][0] == "rule"

@@ -97,7 +97,7 @@ def _results_by_source(engine: Engine, run_id: int) -> dict[str, tuple]:
         names = dict(conn.execute(text("SELECT id, source_id FROM claims WHERE dataset = 'fault-db'")).all())
         metrics = load_metrics(conn, run_id)
     out = {r["source_id"]: (r["score"], r["theta"], r["ci_low"], r["ci_high"], r["decision"], r["knn_mean"],
-                            tuple(names[n] for n in r["neighbor_ids"]), tuple(r["neighbor_distances"]))
+                            tuple(names[n] for n in r["neighbour_ids"]), tuple(r["neighbour_distances"]))
            for r in rows}
     out["__metrics__"] = tuple(sorted(metrics.items()))
     return out
@@ -485,7 +485,7 @@ def test_different_calibrations_of_one_label_set_do_not_interleave(engine):
         for k, run_id in got.items():
             rows = load_results(conn, run_id)
             assert len(rows) == len(sc.unl_ids) == len({r["claim_id"] for r in rows})
-            assert {len(r["neighbor_ids"]) for r in rows} == {k}
+            assert {len(r["neighbour_ids"]) for r in rows} == {k}
 
 
 def test_database_refuses_a_second_complete_run_even_without_the_lock(engine):
@@ -500,7 +500,7 @@ def test_database_refuses_a_second_complete_run_even_without_the_lock(engine):
                   ARRAY[CAST(:c AS bigint)], 'test'
            FROM label_sets WHERE id = :ls RETURNING id""")
     result = text("INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high, decision, "
-                  "knn_mean, neighbor_ids, neighbor_distances) VALUES (:r, :c, 0.5, 0.5, 0, 1, true, 0, '{}', '{}')")
+                  "knn_mean, neighbour_ids, neighbour_distances) VALUES (:r, :c, 0.5, 0.5, 0, 1, true, 0, '{}', '{}')")
     finish = text("UPDATE calibration_runs SET status = 'complete', finished_at = now() WHERE id = :r")
     claim = int(sc.unl_ids[0])
     with engine.begin() as conn:

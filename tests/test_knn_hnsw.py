@@ -44,16 +44,16 @@ def test_hnsw_finds_the_exact_neighbours_at_their_exact_distances(engine, world)
     assert settings == ["off", "on", "on"]  # the path's settings end with its statement
     assert n_indexed >= len(w.lab_ids) - 5  # the label set's texts (a few repeat)
     assert np.array_equal(approx.claim_ids, exact.claim_ids)
-    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.neighbor_ids, exact.neighbor_ids)])
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.neighbour_ids, exact.neighbour_ids)])
     assert recall >= FLOOR
     assert np.all(np.diff(approx.distances, axis=1) >= 0)  # nearest first
-    d_exact = {(q, n): d for q, row, ds in zip(exact.claim_ids, exact.neighbor_ids, exact.distances)
+    d_exact = {(q, n): d for q, row, ds in zip(exact.claim_ids, exact.neighbour_ids, exact.distances)
                for n, d in zip(row, ds)}
-    same = [(q, n, d) for q, row, ds in zip(approx.claim_ids, approx.neighbor_ids, approx.distances)
+    same = [(q, n, d) for q, row, ds in zip(approx.claim_ids, approx.neighbour_ids, approx.distances)
             for n, d in zip(row, ds) if (q, n) in d_exact]
     assert same and all(d == pytest.approx(d_exact[(q, n)], abs=1e-6) for q, n, d in same)
-    labels = dict(zip(exact.neighbor_ids.ravel(), exact.labels.ravel()))
-    assert all(labels.get(n, lab) == lab for n, lab in zip(approx.neighbor_ids.ravel(), approx.labels.ravel()))
+    labels = dict(zip(exact.neighbour_ids.ravel(), exact.labels.ravel()))
+    assert all(labels.get(n, lab) == lab for n, lab in zip(approx.neighbour_ids.ravel(), approx.labels.ravel()))
 
 
 def test_a_run_records_the_index_the_store_holds(engine):
@@ -78,7 +78,7 @@ def test_leave_one_out_on_the_hnsw_path(engine, world):
         loo = leave_one_out_neighbours(conn, w.ls0, w.lab_ids, 5, w.key, knn=HNSW)
         texts = dict(conn.execute(text("SELECT id, text_hash FROM claims WHERE id = ANY(:c)"),
                                   {"c": list(w.lab_ids)}).all())
-    for q, row in zip(loo.claim_ids, loo.neighbor_ids):
+    for q, row in zip(loo.claim_ids, loo.neighbour_ids):
         assert int(q) not in set(row) and all(texts[int(n)] != texts[int(q)] for n in row)
 
 
@@ -122,10 +122,10 @@ def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(en
     out = recalibrate(engine, new_spec, parent_run_id=exact_parent)  # the wrong path's run is not taken
     with engine.connect() as conn:
         run = load_run(conn, out.run_id)
-        inc = {r.claim_id: (list(r.neighbor_ids), r.theta) for r in conn.execute(text(
-            "SELECT claim_id, theta, neighbor_ids FROM calibrated_results WHERE run_id = :r"), {"r": out.run_id})}
+        inc = {r.claim_id: (list(r.neighbour_ids), r.theta) for r in conn.execute(text(
+            "SELECT claim_id, theta, neighbour_ids FROM calibrated_results WHERE run_id = :r"), {"r": out.run_id})}
         ids, res, nb, counts = compute(conn, new_spec)  # a fresh search of the new index, not stored
-    full = {int(c): (list(n), t) for c, n, t in zip(ids, nb.neighbor_ids, res.theta)}
+    full = {int(c): (list(n), t) for c, n, t in zip(ids, nb.neighbour_ids, res.theta)}
     assert out.mode == "incremental" and out.parent_run_id == parent and 0 < out.n_recomputed < len(spec.claim_ids)
     knn = run["params"]["knn"]
     assert knn["path"] == "hnsw" and knn["ef_search"] == EF_SEARCH and knn["recall_at_k"] >= FLOOR

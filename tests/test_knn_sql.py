@@ -56,12 +56,12 @@ def test_sql_knn_matches_numpy(engine, knn_setup, k):
     np.testing.assert_allclose(nb.distances, dist[rows], atol=1e-5)
     expected_ids = s["ids"][:N_LAB][order[rows]]
     # identical neighbour lists wherever the k-th and (k+1)-th distances are not a float tie
-    agree = (nb.neighbor_ids == expected_ids).all(axis=1)
+    agree = (nb.neighbour_ids == expected_ids).all(axis=1)
     assert agree.mean() > 0.95
     # labels and scores come back with the neighbours
     lab_pos = {cid: i for i, cid in enumerate(s["ids"][:N_LAB])}
     for i in range(len(rows)):
-        idx = [lab_pos[n] for n in nb.neighbor_ids[i]]
+        idx = [lab_pos[n] for n in nb.neighbour_ids[i]]
         assert list(nb.labels[i]) == list(s["labels"][idx])
         np.testing.assert_allclose(nb.scores[i], s["scores"][idx])
 
@@ -72,9 +72,9 @@ def test_ties_broken_by_claim_id_and_leave_one_out(engine, knn_setup):
         # labelled claims queried against their own set: each is its own nearest (distance 0)
         self_nb = nearest_labelled(conn, s["ls"], s["ids"][:5], 2, s["key"])
         loo = leave_one_out_neighbours(conn, s["ls"], s["ids"][:5], 2, s["key"])
-    assert list(self_nb.neighbor_ids[:, 0]) == list(self_nb.claim_ids)
+    assert list(self_nb.neighbour_ids[:, 0]) == list(self_nb.claim_ids)
     assert np.allclose(self_nb.distances[:, 0], 0, atol=1e-6)
-    assert not (loo.neighbor_ids == loo.claim_ids[:, None]).any()
+    assert not (loo.neighbour_ids == loo.claim_ids[:, None]).any()
     assert (np.diff(loo.distances, axis=1) >= 0).all()
 
 

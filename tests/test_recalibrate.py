@@ -105,7 +105,7 @@ def test_removed_labels_and_new_targets_go_through_sql_knn(engine, world):
         members = store.label_set_claims(conn, head_id)
     parent = recalibrate(engine, spec(w, head_id)).run_id
     with engine.connect() as conn:
-        used = {n for r in load_results(conn, parent) for n in r["neighbor_ids"]}
+        used = {n for r in load_results(conn, parent) for n in r["neighbour_ids"]}
     drop = sorted(used)[:8]  # labelled claims some targets rely on
     extra_targets = [i for i in w.lab_ids[-20:] if i not in drop][:5]  # leave the set, become targets
     with engine.begin() as conn:
@@ -118,7 +118,7 @@ def test_removed_labels_and_new_targets_go_through_sql_knn(engine, world):
     new = assert_equals_full(engine, s2, out.run_id)
     with engine.connect() as conn:
         old = results(conn, parent)
-    lost = {c for c, r in old.items() if set(r["neighbor_ids"]) & set(drop + extra_targets)}
+    lost = {c for c, r in old.items() if set(r["neighbour_ids"]) & set(drop + extra_targets)}
     assert set(extra_targets) | lost <= set(out.recomputed)
     assert set(out.recomputed) == truly_affected(old, new, set()) | lost
 

@@ -216,8 +216,8 @@ _COPY_RUN = text(
        FROM calibration_runs WHERE id = :old RETURNING id""")
 _COPY_RESULTS = text(
     """INSERT INTO calibrated_results (run_id, claim_id, score, theta, ci_low, ci_high, decision, knn_mean,
-       neighbor_ids, neighbor_distances)
-       SELECT :new, claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbor_ids, neighbor_distances
+       neighbour_ids, neighbour_distances)
+       SELECT :new, claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbour_ids, neighbour_distances
        FROM calibrated_results WHERE run_id = :old AND claim_id = ANY(:ids)""")
 
 
@@ -264,21 +264,21 @@ def test_auditor_sees_the_whole_lineage_of_a_decision(auditor, pipeline_run):
     with auditor.connect() as conn:
         lineage = conn.execute(text(
             "SELECT * FROM audit_decision_lineage WHERE source_id = :s AND run_id = :r "
-            "ORDER BY neighbor_rank"), {"s": sid, "r": pipeline_run["run_id"]}).mappings().all()
+            "ORDER BY neighbour_rank"), {"s": sid, "r": pipeline_run["run_id"]}).mappings().all()
         scores = conn.execute(text(
             "SELECT model, prompt_version, score_kind, score, params FROM audit_claim_scores "
             "WHERE source_id = :s AND model = 'file:imported'"), {"s": sid}).mappings().all()
-    assert len(lineage) == 5 and [n["neighbor_rank"] for n in lineage] == [1, 2, 3, 4, 5]
+    assert len(lineage) == 5 and [n["neighbour_rank"] for n in lineage] == [1, 2, 3, 4, 5]
     first = lineage[0]
     assert first["model"] == "file:imported" and first["prompt_version"] == "none"
     assert first["score_params"]["labeled_sha256"]  # the generation parameters behind the score
     assert first["label_set_name"].endswith(":labeled") and first["k"] == 5
-    assert ";".join(n["neighbor_source_id"] for n in lineage) == out[sid]["neighbors"]
+    assert ";".join(n["neighbour_source_id"] for n in lineage) == out[sid]["neighbors"]
     for n in lineage:  # each neighbour's label and score are the ones of the labelled file
-        assert (n["neighbor_label"], n["neighbor_score"]) == (by_id[n["neighbor_source_id"]][3],
-                                                              by_id[n["neighbor_source_id"]][2])
-        assert n["neighbor_distance"] >= 0
-    theta = first["score"] + np.mean([n["neighbor_residual"] for n in lineage])
+        assert (n["neighbour_label"], n["neighbour_score"]) == (by_id[n["neighbour_source_id"]][3],
+                                                              by_id[n["neighbour_source_id"]][2])
+        assert n["neighbour_distance"] >= 0
+    theta = first["score"] + np.mean([n["neighbour_residual"] for n in lineage])
     assert theta == pytest.approx(first["theta"]) == pytest.approx(float(out[sid]["theta"]), abs=1e-6)
     assert first["decision"] == bool(int(out[sid]["decision"])) == (theta >= first["threshold"])
     assert first["run_status"] == "complete" and first["run_finished_at"] is not None

@@ -76,7 +76,7 @@ def rows_of(engine, run_id):
 
 def nbr_arrays(w, rows):
     """Labels and scores of each stored neighbour (from the test's own arrays, not the store)."""
-    pos = [[w["by_id"][n] for n in r["neighbor_ids"]] for r in rows]
+    pos = [[w["by_id"][n] for n in r["neighbour_ids"]] for r in rows]
     return np.array([[w["labels"][p] for p in ps] for ps in pos]), np.array([[w["scores"][p] for p in ps]
                                                                              for ps in pos])
 
@@ -107,7 +107,7 @@ def test_every_interval_method_runs_around_the_same_theta(engine, world, method)
     assert run["status"] == "complete" and run["interval_method"] == method
     assert [r["claim_id"] for r in rows] == [r["claim_id"] for r in base]
     np.testing.assert_allclose([r["theta"] for r in rows], [r["theta"] for r in base], atol=1e-12)
-    assert [r["neighbor_ids"] for r in rows] == [r["neighbor_ids"] for r in base]
+    assert [r["neighbour_ids"] for r in rows] == [r["neighbour_ids"] for r in base]
     lo, hi = np.array([r["ci_low"] for r in rows]), np.array([r["ci_high"] for r in rows])
     assert (lo <= hi).all()
     if method in ("conformal-split", "mondrian-split"):
@@ -185,7 +185,7 @@ def test_cv_chooses_on_the_label_set_and_records_its_choice(engine, world):
     best = select_by_cv(pool.cal, ks=CV_KS).best
     assert (best.method, best.k) == (choice["method"], choice["k"])
     assert choice["cv_weighted_f1"] == pytest.approx(best.cv_score)
-    assert all(len(r["neighbor_ids"]) == choice["k"] for r in rows)
+    assert all(len(r["neighbour_ids"]) == choice["k"] for r in rows)
     assert [int(r["decision"]) for r in rows] == [int(r["theta"] >= 0.5) for r in rows]
     # a different correction is a different run; the same one is reused
     assert run_calibration(engine, spec(w, k=10, correction="cv", interval_method="mondrian")) == rid
@@ -278,7 +278,7 @@ def test_head_runs_match_a_head_fitted_by_hand(engine, world, correction):
         np.testing.assert_allclose(theta, p, atol=1e-6)
     elif correction == "head+nnppi":
         oof = dict(zip(lab, head.oof))
-        r_nbr = np.array([[w["labels"][w["by_id"][n]] - oof[n] for n in r["neighbor_ids"]] for r in rows])
+        r_nbr = np.array([[w["labels"][w["by_id"][n]] - oof[n] for n in r["neighbour_ids"]] for r in rows])
         assert r_nbr.shape == (len(rows), K)
         np.testing.assert_allclose(theta, p + r_nbr.mean(axis=1), atol=1e-6)
     else:

@@ -17,8 +17,10 @@ from checkworthy.errors import UsageError
 
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("calibrate", help="calibrate your own scores with NN-PPI")
-    c.add_argument("--labeled", required=True, help="CSV with id,text,score,label")
-    c.add_argument("--unlabeled", required=True, help="CSV with id,text,score[,label]")
+    c.add_argument("--labeled", dest="labelled", metavar="LABELED",
+                   required=True, help="CSV with id,text,score,label")
+    c.add_argument("--unlabeled", dest="unlabelled", metavar="UNLABELED",
+                   required=True, help="CSV with id,text,score[,label]")
     c.add_argument("--k", type=positive_int, required=True, help="neighbours per claim (at least 1)")
     c.add_argument("--alpha", type=open_unit, default=0.05, help="1 - interval level, in (0, 1)")
     c.add_argument("--threshold", type=closed_unit, default=0.5, help="decision threshold, in [0, 1]")
@@ -71,9 +73,9 @@ def add_name_option(p: argparse.ArgumentParser) -> None:
                         "a name holding another file's labels is refused")
 
 
-def check_name(name: str | None, labeled: Path) -> None:
+def check_name(name: str | None, labelled: Path) -> None:
     """Refuse (before anything is stored) a ``--name`` that already names a lineage of other
-    claims than ``labeled``'s: a lineage's runs, champion and served answers are of one file's labels."""
+    claims than ``labelled``'s: a lineage's runs, champion and served answers are of one file's labels."""
     from checkworthy.runs.own_scores import upload_dataset
     from checkworthy.store.engine import get_engine
     from checkworthy.store.lineages import lineage_datasets
@@ -81,10 +83,10 @@ def check_name(name: str | None, labeled: Path) -> None:
     if name is None:
         return
     with get_engine().connect() as conn:
-        others = [d for d in lineage_datasets(conn, name) if d != upload_dataset(labeled)]
+        others = [d for d in lineage_datasets(conn, name) if d != upload_dataset(labelled)]
     if others:
         raise UsageError(f"--name {name}: already the lineage of other labels (dataset {others[0]}, not "
-                         f"{labeled}); choose another name")
+                         f"{labelled}); choose another name")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -100,14 +102,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                              knn=args.knn, ef_search=args.ef_search)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    problem = output_file("--out", args.out, [args.labeled, args.unlabeled])
+    problem = output_file("--out", args.out, [args.labelled, args.unlabelled])
     if problem:
         raise UsageError(problem)
     # validate both files, alone and together, before the database is even started
-    read_scored_files(Path(args.labeled), Path(args.unlabeled), args.k)
-    check_name(args.name, Path(args.labeled))
-    outcome = calibrate_files(get_engine(), Path(args.labeled), Path(args.unlabeled), Path(args.out), methods,
-                              lineage=args.name)
-    print_outcome(outcome, f"interval {args.interval}, correction {args.correction}", args.out, args.labeled,
-                  args.unlabeled)
+    read_scored_files(Path(args.labelled), Path(args.unlabelled), args.k)
+    check_name(args.name, Path(args.labelled))
+    outcome = calibrate_files(get_engine(), Path(args.labelled), Path(args.unlabelled), Path(args.out),
+                              methods, lineage=args.name)
+    print_outcome(outcome, f"interval {args.interval}, correction {args.correction}", args.out, args.labelled,
+                  args.unlabelled)
     return 0

@@ -27,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_adapt_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--labeled", help="CSV with id,text,label: the lineage of this file (as predict --labeled "
-                                     "names it)")
+    p.add_argument("--labeled", dest="labelled", metavar="LABELED",
+                   help="CSV with id,text,label: the lineage of this file (as predict --labeled "
+                        "names it)")
     p.add_argument("--lineage", help="a stored lineage (label-set name), e.g. one the data team's label "
                                      "updates version; with --labeled, the file must be of it")
     p.add_argument("--params", default=str(PARAMS_FILE), help="params file (adapt: and predict: sections)")
@@ -64,7 +65,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
     from checkworthy.store.engine import get_engine
 
-    if not args.labeled and not args.lineage:
+    if not args.labelled and not args.lineage:
         raise UsageError("give --labeled FILE or --lineage NAME")
     if not Path(args.params).is_file():
         raise UsageError(f"--params: no such file {args.params}")
@@ -77,20 +78,20 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(problem)
     lab_rows = None
-    if args.labeled:
-        labeled = Path(args.labeled)
-        lab_rows = read_scored_csv(labeled, label_required=True, scored=False)
-        lineage = labelled_lineage(labeled)
+    if args.labelled:
+        labelled = Path(args.labelled)
+        lab_rows = read_scored_csv(labelled, label_required=True, scored=False)
+        lineage = labelled_lineage(labelled)
         if args.lineage and args.lineage != lineage:
-            raise UsageError(f"--labeled {labeled} is of lineage {lineage}, not --lineage {args.lineage}")
+            raise UsageError(f"--labeled {labelled} is of lineage {lineage}, not --lineage {args.lineage}")
         why = labels_problem(list(distinct_labels(lineage, 0, [(r.text, r.label) for r in lab_rows]).labels),
                              s.folds)
         if why:
-            raise DataError(labeled, None, "label", why)
+            raise DataError(labelled, None, "label", why)
     eng = get_engine()
     if lab_rows is not None:
         with eng.begin() as conn:
-            label_set = store_labelled(conn, labeled, lab_rows)
+            label_set = store_labelled(conn, labelled, lab_rows)
         lab = distinct_labels(lineage, label_set, [(r.text, int(r.label)) for r in lab_rows])
     else:
         try:

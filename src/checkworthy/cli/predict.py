@@ -15,8 +15,10 @@ from checkworthy.errors import UsageError
 def register(sub: argparse._SubParsersAction) -> None:
     pr = sub.add_parser("predict", help="the recommended path: score your labelled and unlabelled claims "
                                         "with the recommended model and calibrate (params.yaml predict:)")
-    pr.add_argument("--labeled", required=True, help="CSV with id,text,label")
-    pr.add_argument("--unlabeled", required=True, help="CSV with id,text[,label]")
+    pr.add_argument("--labeled", dest="labelled", metavar="LABELED",
+                    required=True, help="CSV with id,text,label")
+    pr.add_argument("--unlabeled", dest="unlabelled", metavar="UNLABELED",
+                    required=True, help="CSV with id,text[,label]")
     pr.add_argument("--out", required=True)
     pr.add_argument("--params", default=str(PARAMS_FILE), help="params file with the predict: section")
     pr.add_argument("--model", help="model spec (default: params.yaml predict.model)")
@@ -42,7 +44,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from checkworthy.scorers.registry import configured_scorer
     from checkworthy.store.engine import get_engine
 
-    problem = output_file("--out", args.out, [args.labeled, args.unlabeled])
+    problem = output_file("--out", args.out, [args.labelled, args.unlabelled])
     if problem is None and args.params and not Path(args.params).is_file():
         problem = f"--params: no such file {args.params}"
     if problem:
@@ -56,22 +58,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
         rec.methods  # noqa: B018 - refuses an unknown method or a bound outside (0, 1)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    labeled, unlabeled = Path(args.labeled), Path(args.unlabeled)
-    lab, unl = read_files(labeled, unlabeled, rec.k)  # before the model or the store starts
-    check_name(args.name, labeled)
+    labelled, unlabelled = Path(args.labelled), Path(args.unlabelled)
+    lab, unl = read_files(labelled, unlabelled, rec.k)  # before the model or the store starts
+    check_name(args.name, labelled)
     if args.model is None and args.score_kind is None:  # the lineage's champion, if it has one
         from checkworthy.runs.adapt import with_champion
         from checkworthy.runs.own_scores import labelled_lineage
 
-        params, rec = with_champion(get_engine(), params, rec, args.name or labelled_lineage(labeled))
+        params, rec = with_champion(get_engine(), params, rec, args.name or labelled_lineage(labelled))
     try:
         scorer, prompt = configured_scorer(params, rec.model)
         check_score_kind(rec, scorer)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"--model {rec.model}: {exc}") from None
-    outcome = predict_files(get_engine(), (labeled, unlabeled), (lab, unl), Path(args.out), rec,
+    outcome = predict_files(get_engine(), (labelled, unlabelled), (lab, unl), Path(args.out), rec,
                             (scorer, prompt), lineage=args.name)
     print_outcome(outcome, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
                            f"interval {rec.interval}, k = {rec.k}, prior {rec.prior}",
-                  args.out, args.labeled, args.unlabeled)
+                  args.out, args.labelled, args.unlabelled)
     return 0

@@ -105,7 +105,7 @@ def comparison_tables(rows: Sequence[Mapping[str, Any]], title: str = "") -> str
     return "\n".join(lines)
 
 
-def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labeled: str, unlabeled: str) -> None:
+def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: str, unlabelled: str) -> None:
     """What calibrate and predict print: the run, the batch's share of check-worthy claims, notes,
     and the metrics when U has labels (positive-class F1, the shared task's metric, first)."""
     print(f"calibrated {outcome.n_rows} claims (run {outcome.run_id}, {method}) -> {out}")
@@ -131,9 +131,9 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labeled: str
         print(review_line(outcome))
     if outcome.prior and "batch" in outcome.prior:
         print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
-    if outcome.in_labeled:
-        print(f"note: {len(outcome.in_labeled)} claims of {unlabeled} have the text of a claim of "
-              f"{labeled} (first: row {outcome.in_labeled[0]}); the nearest neighbour of each is its "
+    if outcome.in_labelled:
+        print(f"note: {len(outcome.in_labelled)} claims of {unlabelled} have the text of a claim of "
+              f"{labelled} (first: row {outcome.in_labelled[0]}); the nearest neighbour of each is its "
               "labelled copy, at distance 0, so its decision leans on that label", file=sys.stderr)
     if outcome.metrics:
         print(f"{'method':<10} {'F1 c1':>7} {'weighted F1':>12} {'F1 c0':>7} {'accuracy':>9} {'ROC AUC':>8}")

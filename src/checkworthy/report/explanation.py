@@ -36,9 +36,9 @@ def format_decision(d: Decision) -> str:
     ]
     for n in d.neighbours:
         lines.append(
-            f"    {n['neighbor_rank']:>2} {_f(n['neighbor_distance']):>8} {n['neighbor_label']!s:>5} "
-            f"{_f(n['neighbor_score']):>6} {_f(n['neighbor_residual']):>8}  "
-            f"{n['neighbor_source_id']}: {_short(n['neighbor_text'], 60)}"
+            f"    {n['neighbour_rank']:>2} {_f(n['neighbour_distance']):>8} {n['neighbour_label']!s:>5} "
+            f"{_f(n['neighbour_score']):>6} {_f(n['neighbour_residual']):>8}  "
+            f"{n['neighbour_source_id']}: {_short(n['neighbour_text'], 60)}"
         )
     lines += [
         f"  theta:      {_f(r['theta'])} = score {_f(r['score'])} + mean residual "

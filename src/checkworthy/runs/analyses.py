@@ -311,7 +311,7 @@ def _failure_modes(conn: Connection, run: Mapping[str, Any], data: _GroupData, o
                 "ci_high": float(r["ci_high"]), "knn_mean": float(knn[i]),
                 "baseline_decision": int(base_dec[i]), "nnppi_decision": int(nn_dec[i]),
                 **claim_text(conn, int(ids[i])),
-                "neighbours": _neighbour_details(conn, run, r["neighbor_ids"], r["neighbor_distances"]),
+                "neighbours": _neighbour_details(conn, run, r["neighbour_ids"], r["neighbour_distances"]),
             })
     return _Computed(rows, examples)
 

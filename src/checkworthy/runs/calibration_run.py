@@ -93,7 +93,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
         "n_claims": len(spec.claim_ids),
         "n_calibrated": len(usable),
         "n_without_score": len(spec.claim_ids) - len(usable),
-        "knn": knn_record(conn, spec, nb.claim_ids, nb.neighbor_ids),
+        "knn": knn_record(conn, spec, nb.claim_ids, nb.neighbour_ids),
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
@@ -112,19 +112,19 @@ RECALL_SAMPLE = 200
 
 
 def knn_record(conn: Connection, spec: RunSpec, claim_ids: NDArray[np.int64],
-               neighbor_ids: NDArray[np.int64]) -> dict[str, Any]:
+               neighbour_ids: NDArray[np.int64]) -> dict[str, Any]:
     """What the run records about its kNN path; for HNSW, recall@k against the exact path on an
-    evenly spaced sample of its claims (``claim_ids`` with their (n, k) ``neighbor_ids``, every
+    evenly spaced sample of its claims (``claim_ids`` with their (n, k) ``neighbour_ids``, every
     claim up to :data:`RECALL_SAMPLE`): the share of each sampled claim's exact k nearest that the
     run's lists hold, averaged."""
     out = spec.knn_path.as_dict()
     if spec.knn == "exact" or not len(claim_ids):
         return out
-    k = neighbor_ids.shape[1]
+    k = neighbour_ids.shape[1]
     rows = recall_sample(len(claim_ids))
     exact = nearest_labelled(conn, spec.label_set_id, claim_ids[rows].tolist(), k, spec.key,
                              embed_model=spec.embed_model)
-    found = [len(set(a) & set(e)) / k for a, e in zip(neighbor_ids[rows], exact.neighbor_ids)]
+    found = [len(set(a) & set(e)) / k for a, e in zip(neighbour_ids[rows], exact.neighbour_ids)]
     return out | {"recall_at_k": float(np.mean(found)), "k": int(k), "recall_sample": len(rows)}
 
 
@@ -229,7 +229,7 @@ def labelled_pool(
                            embed_model=embed_model, knn=knn)
     if not np.array_equal(loo.claim_ids, ids):
         raise RuntimeError("leave-one-out kNN did not return one list per labelled claim")
-    pos = np.searchsorted(ids, loo.neighbor_ids)
+    pos = np.searchsorted(ids, loo.neighbour_ids)
     cal = LabelledSet(y=pool.labels, c=pool.scores, nbr=pos, dist=loo.distances)
     return LabelledPool(ids, cal)
 
@@ -258,7 +258,7 @@ def apply_run(spec: RunSpec, pool: LabelledPool, fc: FittedCorrection, nq: Neigh
     (as long as L's, nearest first), ``c`` their model scores, ``theta_in`` the scores the
     correction corrects (:meth:`FittedCorrection.scores`); decisions at ``threshold`` on theta."""
     k = fc.choice.k
-    nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbor_ids), cal=fc.cal, dist=nq.distances, k=k)
+    nb = Neighbourhood(c=theta_in, nbr=pool.positions(nq.neighbour_ids), cal=fc.cal, dist=nq.distances, k=k)
     theta = fc.choice.theta(nb)
     lo, hi = INTERVAL_METHODS[spec.interval_method](nb, spec.alpha, correction=fc.choice.theta)
     km = nnppi.knn_mean(nb.y_nbr())
@@ -267,7 +267,7 @@ def apply_run(spec: RunSpec, pool: LabelledPool, fc: FittedCorrection, nq: Neigh
         knn_mean=km, decision=nnppi.decide(theta, threshold),
         knn_decision=nnppi.decide(km, spec.threshold),
         baseline_decision=nnppi.decide(c, spec.threshold))
-    used = Neighbours(claim_ids=nq.claim_ids, neighbor_ids=nq.neighbor_ids[:, :k],
+    used = Neighbours(claim_ids=nq.claim_ids, neighbour_ids=nq.neighbour_ids[:, :k],
                       distances=nq.distances[:, :k], labels=nq.labels[:, :k], scores=nq.scores[:, :k])
     return res, used
 
@@ -309,7 +309,7 @@ def compute_methods(
     k = fc.choice.k
     fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, res.theta, threshold,
                             drift_status(nq.distances[:, 0], figure["drift"]))
-    return res, used, fitted | figure | {"k_used": k, "neighbour_columns": int(nq.neighbor_ids.shape[1])}
+    return res, used, fitted | figure | {"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])}
 
 
 #: who closes the runs a dead process left running, when a calibration starts
@@ -347,7 +347,7 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
 
 def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
     ids, res, nb, counts = compute(conn, spec)
-    insert_results(conn, run_id, ids, res, nb.neighbor_ids, nb.distances)
+    insert_results(conn, run_id, ids, res, nb.neighbour_ids, nb.distances)
     gold = current_labels(conn, [int(i) for i in ids])
     if len(gold) == len(ids) and len(ids):
         y = np.array([gold[int(i)] for i in ids])

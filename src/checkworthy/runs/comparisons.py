@@ -434,8 +434,8 @@ def load_inputs(conn: Connection, run_id: int,
     nq = nearest_labelled(conn, run["label_set_id"], ids, pool.cal.max_k, key, embed_model=run["embed_model"])
     if nq.claim_ids.tolist() != ids:
         raise ValueError(f"run {run_id}: some targets have no embedding")
-    stored = [list(r.neighbor_ids) for r in res]
-    as_stored = all(len(s) <= nq.neighbor_ids.shape[1] and nq.neighbor_ids[i, :len(s)].tolist() == s
+    stored = [list(r.neighbour_ids) for r in res]
+    as_stored = all(len(s) <= nq.neighbour_ids.shape[1] and nq.neighbour_ids[i, :len(s)].tolist() == s
                     for i, s in enumerate(stored))
     emb_cal = emb = None
     if o.head:
@@ -444,7 +444,7 @@ def load_inputs(conn: Connection, run_id: int,
     inp = CompareInputs(pool_prevalence=pool_prevalence(conn, run["label_set_id"], ids, run["finished_at"]),
                         emb_cal=emb_cal, emb=emb,
                         cal=pool.cal, c=np.array([r.score for r in res], dtype=float),
-                        nbr=pool.positions(nq.neighbor_ids), dist=nq.distances,
+                        nbr=pool.positions(nq.neighbour_ids), dist=nq.distances,
                         y=np.array([gold[i] for i in ids], dtype=np.int64), k=k, alpha=float(run["alpha"]),
                         threshold=float(run["threshold"]), score_kind=run["score_kind"])
     return inp, {"neighbours_as_stored": as_stored}

@@ -243,7 +243,7 @@ def evaluate_held_out(
                                     figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
                                             col["ci_high"]) | share
                                     | review_figures(stored.get("review"), y, col["theta"], drift_status(
-                                        [r["neighbor_distances"][0] for r in res], stored.get("drift"))),
+                                        [r["neighbour_distances"][0] for r in res], stored.get("drift"))),
                                     stored.get("auto_choice"),
                                     metrics.reliability(y, col["theta"])))
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "

@@ -73,24 +73,24 @@ def _row(name: str, line: int, rec: dict[str, str], seen: dict[str, int], has_la
     return Row(line, cid, txt, score, label)
 
 
-def read_scored_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list[Row], list[Row]]:
+def read_scored_files(labelled: Path, unlabelled: Path, k: int) -> tuple[list[Row], list[Row]]:
     """``calibrate``'s two files, each validated and then together (ids, scores, k); raise
     :class:`DataError` at the first problem."""
-    lab = read_scored_csv(labeled, label_required=True)
-    unl = read_scored_csv(unlabeled, label_required=False)
-    check_distinct_ids(labeled, lab, unlabeled, unl)
-    _check_consistent_scores([(labeled, lab), (unlabeled, unl)])
-    check_k(labeled, lab, k)
+    lab = read_scored_csv(labelled, label_required=True)
+    unl = read_scored_csv(unlabelled, label_required=False)
+    check_distinct_ids(labelled, lab, unlabelled, unl)
+    _check_consistent_scores([(labelled, lab), (unlabelled, unl)])
+    check_k(labelled, lab, k)
     return lab, unl
 
 
-def check_distinct_ids(labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row]) -> None:
+def check_distinct_ids(labelled: Path, lab: list[Row], unlabelled: Path, unl: list[Row]) -> None:
     """An id names one claim: the output's ids and neighbour lists name L's and U's claims by id,
     so an id in both files would mix them up (the same text under two ids is allowed)."""
     lines = {r.id: r.line for r in lab}
     for r in unl:
         if r.id in lines:
-            raise DataError(unlabeled, r.line, "id", f"{r.id!r} is also the id of {labeled} row "
+            raise DataError(unlabelled, r.line, "id", f"{r.id!r} is also the id of {labelled} row "
                             f"{lines[r.id]}; give the two files' claims different ids")
 
 
@@ -114,7 +114,7 @@ class CalibrateOutcome:
     metrics: dict[str, dict[str, float]] | None
     #: U's rows whose text is also in L (line numbers): each one's nearest labelled neighbour is
     #: its own labelled copy, at distance 0; kept, as a lookup of a label a person already gave
-    in_labeled: list[int] = field(default_factory=list)
+    in_labelled: list[int] = field(default_factory=list)
     #: the batch's share of check-worthy claims (:mod:`checkworthy.method.prevalence`), when the
     #: run computed it
     prevalence: dict[str, Any] | None = None
@@ -131,13 +131,13 @@ class CalibrateOutcome:
     drift: dict[str, Any] | None = None
 
 
-def calibrate_files(engine: Engine, labeled: Path, unlabeled: Path, out: Path, methods: RunMethods,
+def calibrate_files(engine: Engine, labelled: Path, unlabelled: Path, out: Path, methods: RunMethods,
                     model: str = "file:imported", lineage: str | None = None) -> CalibrateOutcome:
     """Validate both files, store them (L in ``lineage``, default :func:`labelled_lineage`),
     calibrate U against L in SQL by ``methods`` (their defaults: the paper's NN-PPI) and write
     ``out``."""
-    lab, unl = read_scored_files(labeled, unlabeled, methods.k)
-    files = store_files(engine, labeled, lab, unlabeled, unl, lineage)
+    lab, unl = read_scored_files(labelled, unlabelled, methods.k)
+    files = store_files(engine, labelled, lab, unlabelled, unl, lineage)
     with engine.begin() as conn:
         model_id = store.ensure_model(conn, model, "file")
         store.insert_predictions(
@@ -149,10 +149,10 @@ def calibrate_files(engine: Engine, labeled: Path, unlabeled: Path, out: Path, m
     return calibrate_stored(engine, files, key, methods, out)
 
 
-def check_k(labeled: Path, lab: list[Row], k: int) -> None:
+def check_k(labelled: Path, lab: list[Row], k: int) -> None:
     """k neighbours need at least k labelled rows."""
     if k > len(lab):
-        raise DataError(labeled, None, None, f"k={k} exceeds the {len(lab)} labelled rows")
+        raise DataError(labelled, None, None, f"k={k} exceeds the {len(lab)} labelled rows")
 
 
 @dataclass(frozen=True)
@@ -173,36 +173,36 @@ def upload_dataset(path: Path) -> str:
     return f"upload:{sha256_file(path)[:16]}"
 
 
-def labelled_lineage(labeled: Path) -> str:
+def labelled_lineage(labelled: Path) -> str:
     """The lineage (label-set name) of a labelled file: ``predict``, ``calibrate`` and ``adapt``
     of the same file share it, and so its models."""
-    return f"{upload_dataset(labeled)}:labeled"
+    return f"{upload_dataset(labelled)}:labeled"
 
 
-def store_labelled(conn: Connection, labeled: Path, lab: list[Row], lineage: str | None = None) -> int:
+def store_labelled(conn: Connection, labelled: Path, lab: list[Row], lineage: str | None = None) -> int:
     """Store a labelled file's claims and labels and freeze them as a label set of ``lineage``
     (default: the file's own, :func:`labelled_lineage`); return the label set's id."""
-    dataset = upload_dataset(labeled)  # the file's hash: once, not once a row
+    dataset = upload_dataset(labelled)  # the file's hash: once, not once a row
     l_ids = store.store_claims_with_labels(
-        conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labeled}")
-    return store.create_label_set(conn, lineage or labelled_lineage(labeled), l_ids)
+        conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labelled}")
+    return store.create_label_set(conn, lineage or labelled_lineage(labelled), l_ids)
 
 
 def store_files(
-    engine: Engine, labeled: Path, lab: list[Row], unlabeled: Path, unl: list[Row],
+    engine: Engine, labelled: Path, lab: list[Row], unlabelled: Path, unl: list[Row],
     lineage: str | None = None,
 ) -> StoredFiles:
     """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
     embed their texts and freeze L as a label set of ``lineage`` (default: L's own), in one
     transaction. A named lineage's target names it too: a run is keyed by its labels' content, not
     their lineage, so the run of the same files under another lineage is not reused for it."""
-    params = {"labeled_sha256": sha256_file(labeled), "unlabeled_sha256": sha256_file(unlabeled)}
-    ds_u = upload_dataset(unlabeled)
+    params = {"labeled_sha256": sha256_file(labelled), "unlabeled_sha256": sha256_file(unlabelled)}
+    ds_u = upload_dataset(unlabelled)
     with engine.begin() as conn:
-        ls = store_labelled(conn, labeled, lab, lineage)
+        ls = store_labelled(conn, labelled, lab, lineage)
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
-            f"file:{unlabeled}")
+            f"file:{unlabelled}")
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
     target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
     return StoredFiles(lab, unl, params, u_ids, ls, target)
@@ -214,14 +214,14 @@ def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, me
     U has labels."""
     lab, unl, u_ids = files.lab, files.unl, files.u_ids
     labelled_texts = {r.text for r in lab}
-    in_labeled = [r.line for r in unl if r.text in labelled_texts]
+    in_labelled = [r.line for r in unl if r.text in labelled_texts]
     spec = RunSpec.of(files.target, u_ids, files.label_set_id, key, methods)
     threshold = methods.threshold
-    run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labeled),
+    run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labelled),
                                                              "inputs": files.params}))
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
-        names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbor_ids"]])
+        names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbour_ids"]])
         run_params = load_run(conn, run_id)["params"]
         entries = entries_of_run(conn, run_id)
     queued = {e["claim_id"] for e in entries}
@@ -246,7 +246,7 @@ def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, me
         got["baseline"]["roc_auc"] = metrics.roc_auc(y, [r["score"] for r in res])
         got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
         got["nnppi"]["share_positive"] = float(y.mean())
-    return CalibrateOutcome(run_id, len(unl), got, in_labeled, run_params.get("prevalence"),
+    return CalibrateOutcome(run_id, len(unl), got, in_labelled, run_params.get("prevalence"),
                             run_params.get("prior"), run_params.get("auto_choice"), rule or None,
                             sum(flags.values()) if flags else None,
                             sum(e["cause"] == "drift" for e in entries) if flags else None,
@@ -267,4 +267,4 @@ def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names:
                 continue
             w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
                         f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
-                        ";".join(names[n] for n in r["neighbor_ids"]), review.get(cid, "")])
+                        ";".join(names[n] for n in r["neighbour_ids"]), review.get(cid, "")])

@@ -65,12 +65,12 @@ class Recommended:
         return replace(cls(**known), **{k: v for k, v in overrides.items() if v is not None})
 
 
-def read_files(labeled: Path, unlabeled: Path, k: int) -> tuple[list[Row], list[Row]]:
+def read_files(labelled: Path, unlabelled: Path, k: int) -> tuple[list[Row], list[Row]]:
     """Both files validated (L: id,text,label; U: id,text[,label]); DataError at the first problem."""
-    lab = read_scored_csv(labeled, label_required=True, scored=False)
-    unl = read_scored_csv(unlabeled, label_required=False, scored=False)
-    check_distinct_ids(labeled, lab, unlabeled, unl)
-    check_k(labeled, lab, k)
+    lab = read_scored_csv(labelled, label_required=True, scored=False)
+    unl = read_scored_csv(unlabelled, label_required=False, scored=False)
+    check_distinct_ids(labelled, lab, unlabelled, unl)
+    check_k(labelled, lab, k)
     return lab, unl
 
 
@@ -87,9 +87,9 @@ def predict_files(
     """Store L and U (``paths``, and their ``rows`` from :func:`read_files`), score their texts
     with ``scored_by``'s scorer (checked by :func:`check_score_kind`), calibrate U against L (of
     ``lineage``, default L's own), write ``out``."""
-    (labeled, unlabeled), (lab, unl) = paths, rows
+    (labelled, unlabelled), (lab, unl) = paths, rows
     scorer, prompt = scored_by
-    files = store_files(engine, labeled, lab, unlabeled, unl, lineage)
+    files = store_files(engine, labelled, lab, unlabelled, unl, lineage)
     hashes = [store.sha256_text(r.text) for r in lab + unl]
     _, _, keys = score_missing(engine, scorer, hashes, prompt)
     return calibrate_stored(engine, files, keys[rec.score_kind], rec.methods, out)

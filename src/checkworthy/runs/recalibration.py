@@ -282,7 +282,7 @@ def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
     if candidates:
         found.append(_exact_entering(conn, spec.embed_model, *(np.concatenate(c) for c in zip(*candidates))))
     found = [f for f in found if len(f)]
-    entering = pd.DataFrame(columns=["claim_id", "neighbor_id", "distance"])
+    entering = pd.DataFrame(columns=["claim_id", "neighbour_id", "distance"])
     if found:
         entering = pd.concat(found, ignore_index=True)
         touched |= set(entering["claim_id"].tolist())
@@ -326,11 +326,11 @@ def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64
     order: ``(distance, id) < (k-th distance, k-th id)``.
     """
     if not len(cand_t):
-        return pd.DataFrame(columns=["claim_id", "neighbor_id", "distance"])
+        return pd.DataFrame(columns=["claim_id", "neighbour_id", "distance"])
     i, d = recal_store.exact_distances(conn, cand_t, cand_a, embed_model)
     enters = (d < kth_distance[i]) | ((d == kth_distance[i]) & (cand_a[i] < kth_id[i]))
     i = i[enters]
-    return pd.DataFrame({"claim_id": cand_t[i], "neighbor_id": cand_a[i], "distance": d[enters]})
+    return pd.DataFrame({"claim_id": cand_t[i], "neighbour_id": cand_a[i], "distance": d[enters]})
 
 
 def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -339,17 +339,17 @@ def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndar
     t_ids, nids, nds = p.parent_nb
     sel = np.isin(t_ids, np.asarray(p.merge, dtype=np.int64))
     ids, nid, nd = t_ids[sel], nids[sel], nds[sel]
-    old = pd.DataFrame({"claim_id": np.repeat(ids, k), "neighbor_id": nid.ravel(), "distance": nd.ravel()})
+    old = pd.DataFrame({"claim_id": np.repeat(ids, k), "neighbour_id": nid.ravel(), "distance": nd.ravel()})
     enter = p.entering[p.entering["claim_id"].isin(set(p.merge))]
-    cand = pd.concat([old, enter], ignore_index=True).astype({"claim_id": np.int64, "neighbor_id": np.int64,
+    cand = pd.concat([old, enter], ignore_index=True).astype({"claim_id": np.int64, "neighbour_id": np.int64,
                                                                "distance": float})
-    cand = cand.drop_duplicates(["claim_id", "neighbor_id"])
-    cand = cand.sort_values(["claim_id", "distance", "neighbor_id"], kind="mergesort")
+    cand = cand.drop_duplicates(["claim_id", "neighbour_id"])
+    cand = cand.sort_values(["claim_id", "distance", "neighbour_id"], kind="mergesort")
     top = cand.groupby("claim_id", sort=True).head(k)
     out_ids = top["claim_id"].to_numpy()[::k]
     if len(top) != len(out_ids) * k or len(out_ids) != len(p.merge):
         raise RuntimeError("incremental merge lost neighbours: the parent run is inconsistent")
-    return out_ids, top["neighbor_id"].to_numpy().reshape(-1, k), top["distance"].to_numpy().reshape(-1, k)
+    return out_ids, top["neighbour_id"].to_numpy().reshape(-1, k), top["distance"].to_numpy().reshape(-1, k)
 
 
 @dataclass
@@ -358,8 +358,8 @@ class ResultRows:
 
     claim_ids: NDArray[np.int64]
     result: nnppi.NNPPIResult
-    neighbor_ids: NDArray[np.int64]  # (n, k), nearest first
-    neighbor_distances: NDArray[np.float64]  # (n, k)
+    neighbour_ids: NDArray[np.int64]  # (n, k), nearest first
+    neighbour_distances: NDArray[np.float64]  # (n, k)
 
     def __len__(self) -> int:
         return len(self.claim_ids)
@@ -374,7 +374,7 @@ def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> ResultRows:
     if p.knn:
         nb = nearest_labelled(conn, spec.label_set_id, p.knn, k, spec.key, embed_model=spec.embed_model,
                               knn=spec.knn_path)
-        parts.append((nb.claim_ids, nb.neighbor_ids, nb.distances, nb.labels, nb.scores))
+        parts.append((nb.claim_ids, nb.neighbour_ids, nb.distances, nb.labels, nb.scores))
     if p.merge:
         ids, nid, dist = _merge_neighbours(conn, spec, p)
         pool_ids = np.array(sorted(p.pool), dtype=np.int64)
@@ -429,8 +429,8 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
         copier.wait()
     if p.keep:
         recal_store.copy_kept(conn, run_id, p.parent_run_id, p.keep)
-    recal_store.copy_results(conn, run_id, rows.claim_ids, rows.result, rows.neighbor_ids,
-                             rows.neighbor_distances)
+    recal_store.copy_results(conn, run_id, rows.claim_ids, rows.result, rows.neighbour_ids,
+                             rows.neighbour_distances)
     n_cal = p.n_copied + len(rows)
     stored = result_values(conn, run_id) if n_cal else []
     if n_cal and not has_unlabelled_results(conn, run_id):

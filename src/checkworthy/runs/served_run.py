@@ -230,7 +230,7 @@ class ServedRun:
                     flags = self.rule.review(res.theta, status) == 1
                     reasons = self.rule.reasons(res.theta, status)
                 run_id = self._store_run(conn, uid, ids, (res, nb), flags, figure)
-                names = store.claim_source_ids(conn, [int(n) for n in nb.neighbor_ids.ravel()])
+                names = store.claim_source_ids(conn, [int(n) for n in nb.neighbour_ids.ravel()])
             insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids)
         results = []
         for i, (t, cid, c) in enumerate(zip(texts, ids, claims)):
@@ -245,7 +245,7 @@ class ServedRun:
                 review=bool(flags[j]) if flags is not None else False,
                 reason=reasons[j] if reasons is not None else None,
                 neighbours=[Neighbour(int(n), names[int(n)], float(d))
-                            for n, d in zip(nb.neighbor_ids[j], nb.distances[j])],
+                            for n, d in zip(nb.neighbour_ids[j], nb.distances[j])],
                 far=bool(status[j] == FAR)))
         return Submission(uid, run_id, results, figure)
 
@@ -263,7 +263,7 @@ class ServedRun:
                                   "n_without_score": len(ids) - len(nb.claim_ids), "drift": figure}
         run_id = insert_run(conn, spec, run_key(spec, fp), fp, {}, RunContext(code_rev=self.code_rev),
                             self.run_id, "served")
-        insert_results(conn, run_id, nb.claim_ids, res, nb.neighbor_ids, nb.distances)
+        insert_results(conn, run_id, nb.claim_ids, res, nb.neighbour_ids, nb.distances)
         if flags is not None:
             share = float(np.mean(~flags))
             params["review"] = dict(self.run["params"]["review"]) | {"automated_share": share}

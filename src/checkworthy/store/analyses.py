@@ -61,8 +61,8 @@ def score_params(conn: Connection, run: Mapping[str, Any]) -> dict[str, Any]:
 def run_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     """A run's calibrated results, by claim id."""
     return list(conn.execute(
-        text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbor_ids,
-                       neighbor_distances FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"""),
+        text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbour_ids,
+                       neighbour_distances FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"""),
         {"r": run_id}).mappings())
 
 

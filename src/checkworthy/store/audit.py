@@ -75,7 +75,7 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     run_ids = sorted({d.row["run_id"] for d in out})
     nbrs = conn.execute(
         text("SELECT * FROM audit_decision_lineage WHERE claim_id = ANY(:c) AND run_id = ANY(:r) "
-             "ORDER BY run_id, claim_id, neighbor_rank"),
+             "ORDER BY run_id, claim_id, neighbour_rank"),
         {"c": list(map(int, claim_ids)), "r": run_ids},
     ).mappings().all()
     by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}

@@ -23,7 +23,7 @@ from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunContext, RunSpec
 
 #: the columns of a result row, in the order the writers give them
 RESULT_COLUMNS = ("run_id", "claim_id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean",
-                  "neighbor_ids", "neighbor_distances")
+                  "neighbour_ids", "neighbour_distances")
 
 
 # ---- the run key's lock -----------------------------------------------------------------------
@@ -136,8 +136,8 @@ def fail_run(conn: Connection, run_id: int) -> None:
 
 
 def insert_results(
-    conn: Connection, run_id: int, claim_ids: ArrayLike, res: NNPPIResult, neighbor_ids: ArrayLike,
-    neighbor_distances: ArrayLike,
+    conn: Connection, run_id: int, claim_ids: ArrayLike, res: NNPPIResult, neighbour_ids: ArrayLike,
+    neighbour_distances: ArrayLike,
 ) -> None:
     """Insert a run's result rows: one per claim, with its (k,) neighbour ids and distances."""
     ids = [int(i) for i in claim_ids]
@@ -150,8 +150,8 @@ def insert_results(
             {"r": run_id, "c": ids[i], "s": float(res.score[i]), "th": float(res.theta[i]),
              "lo": float(res.ci_low[i]), "hi": float(res.ci_high[i]),
              "d": bool(res.decision[i]), "km": float(res.knn_mean[i]),
-             "nid": [int(x) for x in neighbor_ids[i]],
-             "nd": [float(x) for x in neighbor_distances[i]]}
+             "nid": [int(x) for x in neighbour_ids[i]],
+             "nd": [float(x) for x in neighbour_distances[i]]}
             for i in range(len(ids))
         ],
     )
@@ -190,7 +190,7 @@ def result_values(conn: Connection, run_id: int) -> list[Any]:
     id order."""
     return conn.execute(
         text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean,
-                       neighbor_distances[1] AS nearest
+                       neighbour_distances[1] AS nearest
                 FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
 
 
@@ -234,7 +234,7 @@ def stored_neighbour_ids(conn: Connection, run_id: int, claim_ids: Sequence[int]
     """The stored neighbour ids of a run's claims, rows in ``claim_ids`` order (every claim must
     have a result)."""
     rows = dict(conn.execute(
-        text("""SELECT claim_id, neighbor_ids FROM calibrated_results
+        text("""SELECT claim_id, neighbour_ids FROM calibrated_results
                 WHERE run_id = :r AND claim_id = ANY(:ids)"""),
         {"r": run_id, "ids": [int(i) for i in claim_ids]}).all())
     return np.array([rows[int(i)] for i in claim_ids], dtype=np.int64)

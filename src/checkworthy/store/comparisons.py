@@ -20,8 +20,8 @@ def comparison_run(conn: Connection, run_id: int) -> Mapping[str, Any] | None:
 
 
 def run_targets(conn: Connection, run_id: int) -> list[Any]:
-    """The run's targets (claim_id, score, neighbor_ids), by claim id."""
-    return conn.execute(text("SELECT claim_id, score, neighbor_ids FROM calibrated_results "
+    """The run's targets (claim_id, score, neighbour_ids), by claim id."""
+    return conn.execute(text("SELECT claim_id, score, neighbour_ids FROM calibrated_results "
                              "WHERE run_id = :r ORDER BY claim_id"), {"r": run_id}).all()
 
 

@@ -68,17 +68,17 @@ WITH lab AS MATERIALIZED (
 ), q AS MATERIALIZED (
     {QUERY_CLAIMS}
 )
-SELECT q.claim_id, n.neighbor_id, n.distance, n.label, n.score
+SELECT q.claim_id, n.neighbour_id, n.distance, n.label, n.score
 FROM q
 CROSS JOIN LATERAL (
-    SELECT lab.claim_id AS neighbor_id, {NEIGHBOUR_DISTANCE} AS distance,
+    SELECT lab.claim_id AS neighbour_id, {NEIGHBOUR_DISTANCE} AS distance,
            lab.label, lab.score
     FROM lab
     WHERE NOT (:leave_one_out AND lab.text_hash = q.text_hash)
     ORDER BY {NEIGHBOUR_DISTANCE}, lab.claim_id
     LIMIT :k
 ) n
-ORDER BY q.claim_id, n.distance, n.neighbor_id
+ORDER BY q.claim_id, n.distance, n.neighbour_id
 """
 )
 
@@ -104,12 +104,12 @@ WITH pool AS MATERIALIZED (
         ORDER BY {HALF_PRECISION_DISTANCE}
         LIMIT :k) t
 ), ranked AS (
-    SELECT near.claim_id, pool.claim_id AS neighbor_id, near.distance, pool.label, pool.score,
+    SELECT near.claim_id, pool.claim_id AS neighbour_id, near.distance, pool.label, pool.score,
            row_number() OVER (PARTITION BY near.claim_id ORDER BY near.distance, pool.claim_id) AS n
     FROM near JOIN pool ON pool.text_hash = near.text_hash
 )
-SELECT claim_id, neighbor_id, distance, label, score FROM ranked WHERE n <= :k
-ORDER BY claim_id, distance, neighbor_id
+SELECT claim_id, neighbour_id, distance, label, score FROM ranked WHERE n <= :k
+ORDER BY claim_id, distance, neighbour_id
 """
 )
 
@@ -184,7 +184,7 @@ class Neighbours:
     """kNN answer for n query claims: (n, k) matrices, nearest first."""
 
     claim_ids: NDArray[np.int64]
-    neighbor_ids: NDArray[np.int64]
+    neighbour_ids: NDArray[np.int64]
     distances: NDArray[np.float64]
     labels: NDArray[np.int64]
     scores: NDArray[np.float64]
@@ -304,11 +304,11 @@ def _nearest(conn: Connection, params: dict[str, Any], knn: KnnPath) -> Neighbou
             rows = conn.execute(HNSW_KNN_SQL, params).all()
     if len(rows) % k:
         raise ValueError(f"label set {label_set_id} has fewer than k={k} scored, embedded claims")
-    arr = np.array([(r.claim_id, r.neighbor_id, r.distance, r.label, r.score) for r in rows])
+    arr = np.array([(r.claim_id, r.neighbour_id, r.distance, r.label, r.score) for r in rows])
     arr = arr.reshape(-1, k, 5) if len(rows) else np.zeros((0, k, 5))
     return Neighbours(
         claim_ids=arr[:, 0, 0].astype(np.int64),
-        neighbor_ids=arr[:, :, 1].astype(np.int64),
+        neighbour_ids=arr[:, :, 1].astype(np.int64),
         distances=arr[:, :, 2].astype(float),
         labels=arr[:, :, 3].astype(np.int64),
         scores=arr[:, :, 4].astype(float),

@@ -66,7 +66,7 @@ EXACT_SETTINGS = {"work_mem": "64MB"}
 COPY_KEPT_SQL = text(
     f"""INSERT INTO calibrated_results ({', '.join(RESULT_COLUMNS)}, computed_in_run)
         SELECT :new, r.claim_id, r.score, r.theta, r.ci_low, r.ci_high, r.decision, r.knn_mean,
-               r.neighbor_ids, r.neighbor_distances, coalesce(r.computed_in_run, r.run_id)
+               r.neighbour_ids, r.neighbour_distances, coalesce(r.computed_in_run, r.run_id)
         FROM calibrated_results r WHERE r.run_id = :p AND r.claim_id = ANY(CAST(:keep AS bigint[]))"""
 )
 
@@ -95,8 +95,8 @@ def parent_blocks(conn: Connection, parent_run_id: int, k: int, block: int,
     dimension), so numpy reads a block of records at once, with no Python object per row. The
     connection is busy until the generator is exhausted: use another one meanwhile.
     """
-    cols = ", ".join([f"r.neighbor_ids[{i}]" for i in range(1, k + 1)]
-                     + [f"r.neighbor_distances[{i}]" for i in range(1, k + 1)])
+    cols = ", ".join([f"r.neighbour_ids[{i}]" for i in range(1, k + 1)]
+                     + [f"r.neighbour_distances[{i}]" for i in range(1, k + 1)])
     sql = (PARENT_VECTORS_COPY if embed_model else PARENT_COPY).format(neighbours=cols)
     params = (embed_model, parent_run_id) if embed_model else (parent_run_id,)
     fields = [("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
@@ -217,13 +217,13 @@ def _fill_array(field: np.ndarray, oid: int, values: np.ndarray) -> None:
 
 
 def copy_results(conn: Connection, run_id: int, claim_ids: NDArray[np.int64], res: NNPPIResult,
-                 neighbor_ids: NDArray[np.int64], neighbor_distances: NDArray[np.float64]) -> None:
+                 neighbour_ids: NDArray[np.int64], neighbour_distances: NDArray[np.float64]) -> None:
     """Bulk-insert result rows ((n, k) neighbour ids and distances) with one binary COPY built by numpy.
 
     Every row has the same size (k neighbours, no NULLs), so the whole stream is one structured
     array: no Python object or text formatting per row, and floats travel bit for bit.
     """
-    n, k = neighbor_ids.shape
+    n, k = neighbour_ids.shape
     floats = ("score", "theta", "ci_low", "ci_high")
     dt = np.dtype([("nf", ">i2"), ("l_run", ">i4"), ("run", ">i8"), ("l_id", ">i4"), ("id", ">i8")]
                   + [x for c in floats for x in ((f"l_{c}", ">i4"), (c, ">f8"))]
@@ -235,8 +235,8 @@ def copy_results(conn: Connection, run_id: int, claim_ids: NDArray[np.int64], re
     for c in floats + ("knn_mean",):
         rec[f"l_{c}"], rec[c] = 8, getattr(res, c)
     rec["l_decision"], rec["decision"] = 1, np.asarray(res.decision).astype(bool)
-    _fill_array(rec["nids"], INT8_OID, neighbor_ids.astype(np.int64))
-    _fill_array(rec["nds"], FLOAT8_OID, neighbor_distances.astype(np.float64))
+    _fill_array(rec["nids"], INT8_OID, neighbour_ids.astype(np.int64))
+    _fill_array(rec["nds"], FLOAT8_OID, neighbour_distances.astype(np.float64))
     raw = conn.connection.driver_connection
     sql = f"COPY calibrated_results ({', '.join(RESULT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
     with raw.cursor() as cur, cur.copy(sql) as cp:

@@ -108,7 +108,7 @@ def labelled_results(conn: Connection, run_id: int) -> list[Any]:
     stood when the run finished (None if it had none), so that figures derived from them never
     change afterwards."""
     return conn.execute(text(
-        """SELECT r.claim_id, r.theta, r.neighbor_distances[1] AS nearest,
+        """SELECT r.claim_id, r.theta, r.neighbour_distances[1] AS nearest,
                   (SELECT l.label FROM labels l
                    WHERE l.claim_id = r.claim_id AND l.created_at <= cr.finished_at
                    ORDER BY l.id DESC LIMIT 1) AS label

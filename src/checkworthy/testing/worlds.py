@@ -102,8 +102,8 @@ def assert_equals_full(engine, s: RunSpec, run_id: int) -> dict:
     assert sorted(got) == sorted(int(i) for i in ids)
     for i, cid in enumerate(ids):
         r = got[int(cid)]
-        assert list(r["neighbor_ids"]) == [int(x) for x in nb.neighbor_ids[i]]
-        assert list(r["neighbor_distances"]) == [float(x) for x in nb.distances[i]]
+        assert list(r["neighbour_ids"]) == [int(x) for x in nb.neighbour_ids[i]]
+        assert list(r["neighbour_distances"]) == [float(x) for x in nb.distances[i]]
         assert (r["theta"], r["ci_low"], r["ci_high"], r["knn_mean"], r["decision"]) == (
             float(res.theta[i]), float(res.ci_low[i]), float(res.ci_high[i]), float(res.knn_mean[i]),
             bool(res.decision[i]))
@@ -112,8 +112,8 @@ def assert_equals_full(engine, s: RunSpec, run_id: int) -> dict:
 
 def truly_affected(old: dict, new: dict, changed: set[int]) -> set[int]:
     """Claims whose neighbour list differs, or whose (same) neighbours include a relabelled claim."""
-    return {c for c in new if c not in old or list(old[c]["neighbor_ids"]) != list(new[c]["neighbor_ids"])
-            or set(new[c]["neighbor_ids"]) & changed}
+    return {c for c in new if c not in old or list(old[c]["neighbour_ids"]) != list(new[c]["neighbour_ids"])
+            or set(new[c]["neighbour_ids"]) & changed}
 
 
 def assert_incremental_equals_full(engine, run_id: int, parent_id: int, label_set_id: int,
