@@ -199,3 +199,16 @@ def test_the_flows_are_top_level_and_every_package_is_installed():
     assert tool["package-dir"] == {"": "src", "checkworthy.flows": "flows"}
     packages = {module_name(p.parent / "__init__.py") for p in SOURCES if p.name == "__init__.py"}
     assert set(tool["packages"]) == packages
+
+
+def test_the_readme_leads_with_what_a_team_does():
+    """The README tells one story: set-up, then what a team does (predict, serve and label, adapt),
+    then the paper's reproduction and the reference sections."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    heads = re.findall(r"^## (.+)$", readme, re.M)
+    assert heads[:5] == ["Two commands", "Predict on your own claims (the recommended path)",
+                         "Serve, label, and let calibration follow", "A new kind of claim: train on your labels",
+                         "The paper's reproduction: the main job"]
+    first_screen = readme.split("\n## ", 1)[0]
+    for step in ("predict", "serve", "label", "adapt"):
+        assert f"**{step}**" in first_screen, step
