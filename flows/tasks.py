@@ -264,7 +264,8 @@ def evaluate_task(run_ids: list[int], db_url: str | None, metrics_file: str | No
         path = None
         if report_name and run_ids:
             flow_run = events.current_flow_run_id()
-            analysis_ids = ensure_analyses(conn, run_ids, AnalysisOptions.from_params(report_options), flow_run)
+            options = AnalysisOptions.from_params(report_options)
+            analysis_ids = ensure_analyses(conn, run_ids, options, flow_run)
             path = str(save_report(conn, report_name, run_ids, Path(reports_dir or REPORTS_DIR), analysis_ids,
                                    flow_run))
     if metrics_file:
