@@ -26,7 +26,7 @@ from checkworthy.report.drift import drift_line
 from checkworthy.report.files import save_report
 from checkworthy.runs import adapt, recalibration
 from checkworthy.runs import label_updates as labels
-from checkworthy.runs.analyses import AnalysisOptions
+from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses
 from checkworthy.runs.comparisons import ensure_comparison
 from checkworthy.runs.label_gate import validate_label_set
 from checkworthy.runs.main_job import (
@@ -263,9 +263,11 @@ def evaluate_task(run_ids: list[int], db_url: str | None, metrics_file: str | No
         summary = metrics_summary(conn, run_ids)
         path = None
         if report_name and run_ids:
-            path = str(save_report(
-                conn, report_name, run_ids, Path(reports_dir or REPORTS_DIR), events.current_flow_run_id(),
-                options=AnalysisOptions.from_params(report_options)))
+            flow_run = events.current_flow_run_id()
+            options = AnalysisOptions.from_params(report_options)
+            analysis_ids = ensure_analyses(conn, run_ids, options, flow_run)
+            path = str(save_report(conn, report_name, run_ids, Path(reports_dir or REPORTS_DIR), analysis_ids,
+                                   flow_run))
     if metrics_file:
         write_json(Path(metrics_file), summary)
     return {"metrics": summary, "report": path}

@@ -19,7 +19,7 @@ from checkworthy.method import metrics
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.report.files import rerender, save_report
 from checkworthy.runs import comparisons
-from checkworthy.runs.analyses import AnalysisOptions
+from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import CompareInputs, CompareOptions, MetricRow, compare, targets_met
 from checkworthy.scorers.base import OK, Score
@@ -185,8 +185,8 @@ def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
 def test_old_reports_rerender_unchanged_after_comparisons_exist(engine, world, tmp_path):
     rid = world[("token_prob", 3)]
     with engine.begin() as conn:
-        save_report(conn, "cmp-before", [rid], tmp_path, options=AnalysisOptions(
-            k_sweep=(1, 3), sizes=(50,), seeds=(0,), size_ks=(3,), k_big=5))
+        save_report(conn, "cmp-before", [rid], tmp_path, ensure_analyses(conn, [rid], AnalysisOptions(
+            k_sweep=(1, 3), sizes=(50,), seeds=(0,), size_ks=(3,), k_big=5)))
         before = stored_report(conn, "cmp-before")
         assert "Methods compared" not in before["markdown"] and before["comparison_ids"] is None
         comparisons.ensure_comparison(conn, rid, code_rev="test")

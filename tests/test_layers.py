@@ -212,3 +212,20 @@ def test_the_readme_leads_with_what_a_team_does():
     first_screen = readme.split("\n## ", 1)[0]
     for step in ("predict", "serve", "label", "adapt"):
         assert f"**{step}**" in first_screen, step
+
+
+def test_no_function_takes_more_than_seven_parameters():
+    """Seven parameters at most (self and cls aside): what travels together is one object (a run's
+    spec, a training's options). Only the store's row writers (``insert_*``, ``store_*``) take one
+    argument a column."""
+    many = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            a = node.args
+            n = len([x for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")])
+            writer = layer_of(name) == "store" and node.name.startswith(("insert_", "store_"))
+            if n > 7 and not writer:
+                many.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n}")
+    assert not many, "functions over 7 parameters:\n" + "\n".join(many)

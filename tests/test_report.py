@@ -32,7 +32,7 @@ from checkworthy.report.artifact import publish_artifact
 from checkworthy.report.files import save_report
 from checkworthy.report.formatting import fmt
 from checkworthy.report.render import HEADLINE
-from checkworthy.runs.analyses import AnalysisOptions, load_runs
+from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses, load_runs
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
 from checkworthy.scorers.base import OK, Score
@@ -114,7 +114,8 @@ def hand(engine, tmp_path_factory):
     with engine.begin() as conn:  # the label set as version 1 of a lineage (migration 0003)
         conn.execute(text("INSERT INTO label_set_versions (name, label_set_id, reason) "
                           "VALUES ('report-test:hand', :s, 'initial')"), {"s": ls})
-        path = save_report(conn, "report-hand", [runs[0.8][5]], out, options=HAND_OPTIONS)
+        path = save_report(conn, "report-hand", [runs[0.8][5]], out,
+                           ensure_analyses(conn, [runs[0.8][5]], HAND_OPTIONS))
     return Stored(runs[0.8], ids, ls, runs[0.1]), path
 
 
@@ -128,8 +129,8 @@ def world(engine, tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
     with engine.begin() as conn:
         ensure_comparison(conn, runs[0.8][10], code_rev="test-rev")
-        path = save_report(conn, "report-world", sorted(runs[0.8].values()), out,
-                                  options=WORLD_OPTIONS)
+        picked = sorted(runs[0.8].values())
+        path = save_report(conn, "report-world", picked, out, ensure_analyses(conn, picked, WORLD_OPTIONS))
     return Stored(runs[0.8], ids, ls, {}), path
 
 

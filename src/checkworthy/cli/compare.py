@@ -48,8 +48,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print()
     if args.report:
         from checkworthy.report.files import save_report
+        from checkworthy.runs.analyses import ensure_analyses
 
         with engine.begin() as conn:
-            path = save_report(conn, args.report, ids, Path(args.reports_dir))
+            path = save_report(conn, args.report, ids, Path(args.reports_dir), ensure_analyses(conn, ids))
         print(f"report: {path}")
     return 0

@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render a stored report, or report given runs: print it or write its directory."""
     from checkworthy.report.files import rerender, save_report, write_report_dir
+    from checkworthy.runs.analyses import ensure_analyses
     from checkworthy.store.calibration_runs import run_statuses
     from checkworthy.store.engine import get_engine
     from checkworthy.store.reports import stored_report
@@ -50,7 +51,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             name = "runs-" + "-".join(map(str, ids))
             row = stored_report(conn, name)
             if row is None and ids:  # first report of these runs: analyse and store it
-                save_report(conn, name, ids, Path(args.out or REPORTS_DIR))
+                save_report(conn, name, ids, Path(args.out or REPORTS_DIR), ensure_analyses(conn, ids))
                 row = stored_report(conn, name)
         else:
             row = stored_report(conn, args.run)

@@ -20,7 +20,6 @@ from checkworthy.data.outputs import write_tree
 from checkworthy.report.artifact import publish_artifact
 from checkworthy.report.document import to_html
 from checkworthy.report.render import Built, build
-from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses
 from checkworthy.runs.comparisons import latest_comparisons
 from checkworthy.store.reports import store_report
 
@@ -40,13 +39,14 @@ def write_report_dir(built: Built, out: Path) -> Path:
 
 
 def save_report(conn: Connection, name: str, run_ids: Sequence[int], directory: Path,
-                flow_run_id: str | None = None, *, options: AnalysisOptions | None = None) -> Path:
-    """Analyse, render and write ``directory/<name>/``; store the Markdown; publish the artifacts.
+                analysis_ids: Sequence[int], flow_run_id: str | None = None) -> Path:
+    """Render the runs' stored results and ``analysis_ids`` (stored by
+    :func:`checkworthy.runs.analyses.ensure_analyses`) into ``directory/<name>/``; store the
+    Markdown; publish the artifacts.
 
     Returns the path of report.md. The report row pins the analyses it rendered, so
     ``checkworthy report <name>`` re-renders exactly the same Markdown later.
     """
-    analysis_ids = ensure_analyses(conn, run_ids, options, flow_run_id)
     comparison_ids = latest_comparisons(conn, run_ids) or None  # pinned: computed by `checkworthy compare`
     title = f"checkworthy report: {name}"
     built = build(conn, run_ids, title, analysis_ids, comparison_ids)
