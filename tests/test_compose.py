@@ -393,7 +393,8 @@ def test_build_context_holds_what_the_image_needs_and_nothing_secret(tmp_path):
                            capture_output=True, text=True, check=True).stdout.split()
     context = [f for f in files if (ROOT / f).is_file() and _dockerignore_allows(f, patterns)]
     for needed in ("pyproject.toml", "README.md", "alembic.ini", "params.yaml", "data.dvc", ".dvc/config",
-                   "src/checkworthy/store/engine.py", "src/checkworthy/store/audit.py", "requirements/base.txt",
+                   "src/checkworthy/store/engine.py", "src/checkworthy/store/audit.py", "flows/pipeline.py",
+                   "requirements/base.txt",
                    "requirements/constraints.txt"):
         assert needed in context, needed
     assert any(f.startswith("migrations/versions/") for f in context)
