@@ -31,6 +31,7 @@ from checkworthy.config import ROOT
 from checkworthy.data.datasets import KNOWN_SHA256
 from checkworthy.flows.task_runners import WORKER_ENVIRON
 from checkworthy.store import audit
+from checkworthy.testing.sources import source_files
 
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -96,11 +97,11 @@ def compose(raw) -> dict:
 
 
 def code_env_names() -> set[str]:
-    """Environment variables the project's code reads (src/, the flows included)."""
+    """Environment variables the project's code reads (src/ and the top-level flows/)."""
     pattern = re.compile(
         r"""(?:environ\.get|environ\.setdefault|getenv|environ)\s*[\(\[]\s*["']([A-Z][A-Z0-9_]+)""")
     names = set()
-    for path in (ROOT / "src").rglob("*.py"):
+    for path in source_files():
         names |= set(pattern.findall(path.read_text(encoding="utf-8")))
     names |= {var for _, user, _, pw in audit.LOGINS for var in (user, pw)}  # checkworthy.store.audit bootstrap
     return names

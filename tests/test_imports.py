@@ -13,11 +13,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from checkworthy.config import OFFLINE_ENV
-
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "checkworthy"
+from checkworthy.testing.sources import modules, source_files
 
 SCRIPT = """
 import importlib, json, os, sys
@@ -40,19 +38,10 @@ print(json.dumps({"before": before, "after": state()}))
 """
 
 
-def modules() -> list[str]:
-    """Every module of the package, by dotted name."""
-    names = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return names
-
-
 def libraries() -> list[str]:
     """The third-party modules the package imports at module level (imported before the snapshot)."""
     found: set[str] = set()
-    for path in PACKAGE.rglob("*.py"):
+    for path in source_files():
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
@@ -64,7 +53,7 @@ def libraries() -> list[str]:
 def test_importing_every_module_changes_no_process_state():
     """In an environment without the offline settings (this session's conftest made them)."""
     env = {k: v for k, v in os.environ.items() if k not in OFFLINE_ENV}
-    out = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(modules()), json.dumps(libraries())],
+    out = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(sorted(modules())), json.dumps(libraries())],
                          capture_output=True, text=True, check=True, timeout=600, env=env)
     states = json.loads(out.stdout.strip().splitlines()[-1])
     before, after = states["before"], states["after"]

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "src" / "checkworthy"
-#: the flows sit in the top-level flows/, installed as checkworthy.flows (pyproject's package-dir)
-FLOWS = ROOT / "flows"
+from checkworthy.config import CODE_ROOT as ROOT
+from checkworthy.testing.sources import FLOWS, PACKAGE, module_name, source_files
 
 #: bottom to top; a module may import its own layer and the layers below it, never above. ``testing``
 #: (fake model servers, datasets and scratch projects for the tests and benchmarks) sits on top: it
@@ -26,13 +24,6 @@ LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", 
 FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors"}
 #: where an import inside a function may name a checkworthy module (start-up time of the command line)
 LAZY_ALLOWED = {"cli"}
-
-
-def module_name(path: Path) -> str:
-    base = ROOT if path.is_relative_to(FLOWS) else PACKAGE.parent
-    parts = path.relative_to(base).with_suffix("").parts
-    parts = ("checkworthy", *parts) if path.is_relative_to(FLOWS) else parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def layer_of(module: str) -> str:
@@ -78,7 +69,7 @@ def graph() -> dict[str, list[tuple[str, int, bool]]]:
     return edges
 
 
-SOURCES = sorted([*PACKAGE.rglob("*.py"), *FLOWS.rglob("*.py")])
+SOURCES = source_files()
 MODULES = {module_name(p): p for p in SOURCES}
 EDGES = graph()
 

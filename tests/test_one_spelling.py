@@ -17,6 +17,7 @@ from alembic.config import Config
 from sqlalchemy import text
 
 from checkworthy.config import CODE_ROOT
+from checkworthy.testing.sources import source_files
 
 AMERICAN = r"neighbo[r]|label[e]d"
 #: other libraries' names, used as they are spelled
@@ -48,7 +49,7 @@ def _names(node: ast.AST) -> list[str]:
 def test_the_package_names_things_in_one_spelling():
     american, third_party = re.compile(AMERICAN, re.IGNORECASE), re.compile(THIRD_PARTY)
     found = []
-    for path in sorted([*(CODE_ROOT / "src").rglob("*.py"), *(CODE_ROOT / "flows").rglob("*.py")]):
+    for path in source_files():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             found += [f"{path.relative_to(CODE_ROOT)}:{getattr(node, 'lineno', '?')}: {name}"
                       for name in _names(node) if american.search(name) and not third_party.fullmatch(name)]
