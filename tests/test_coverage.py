@@ -8,7 +8,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from checkworthy.method.coverage import covering_radius, k_center
+from checkworthy.method.coverage import coverage_order, covering_radius, k_center
 
 
 def _points(rng: np.random.Generator, n: int, d: int = 5) -> np.ndarray:
@@ -41,3 +41,15 @@ def test_with_anchors_the_first_picks_are_the_farthest_from_them():
     anchors = np.array([1.0, 0, 0]) + rng.normal(0, 0.05, (50, 3))
     picks = k_center(np.vstack([near, far]), 3, anchors=anchors)
     assert picks[0] >= 20 and k_center(near, 3, anchors=anchors).size == 3
+
+
+def test_the_coverage_order_puts_the_claims_beyond_first_spread_then_the_most_uncertain():
+    rng = np.random.default_rng(2)
+    x = _points(rng, 20)
+    beyond = np.arange(20) % 3 == 0
+    priority = rng.random(20)
+    order = coverage_order(x, beyond, priority, seed=4)
+    far = np.flatnonzero(beyond)
+    assert sorted(order.tolist()) == list(range(20))
+    assert np.array_equal(order[:len(far)], far[k_center(x[far], len(far), seed=4)])
+    assert list(order[len(far):]) == sorted(np.flatnonzero(~beyond), key=lambda i: -priority[i])

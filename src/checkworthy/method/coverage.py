@@ -60,3 +60,18 @@ def covering_radius(vectors: ArrayLike, centres: ArrayLike) -> float:
     x = _unit(vectors)
     cos = (1.0 - x @ x[np.asarray(centres, dtype=int)].T).min(axis=1).max()
     return float(np.sqrt(max(2.0 * cos, 0.0)))
+
+
+def coverage_order(vectors: ArrayLike, beyond: ArrayLike, priority: ArrayLike, seed: int = 0,
+                   anchors: ArrayLike | None = None) -> NDArray[np.int_]:
+    """The order in which to label the candidates when a batch drifts: those ``beyond`` the
+    labelled set's radius first, in greedy k-center order (:func:`k_center`, so the first labels
+    spread over the new region), then the others by ``priority``, most uncertain first (ties by
+    index). Returns a permutation of the candidates' indices."""
+    beyond = np.asarray(beyond, dtype=bool)
+    far = np.flatnonzero(beyond)
+    vectors = np.asarray(vectors, dtype=float)
+    first = far[k_center(vectors[far], len(far), seed, anchors)] if len(far) else far
+    rest = np.flatnonzero(~beyond)
+    rest = rest[np.lexsort((rest, -np.asarray(priority, dtype=float)[rest]))]
+    return np.concatenate([first, rest]).astype(int)
