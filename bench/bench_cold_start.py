@@ -32,6 +32,7 @@ from checkworthy.config import VAR_DIR, load_params
 from checkworthy.data.datasets import CLAIMBUSTER, TWEETS, build_splits, load_dataset, normalise_text
 from checkworthy.method.coverage import coverage_order
 from checkworthy.method.drift import check_drift, drift_status, fit_radius
+from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.method.nnppi import decide, nnppi_theta
 from checkworthy.method.sampling import balanced_sample
@@ -66,14 +67,20 @@ def neighbours(q: np.ndarray, lab: np.ndarray, k: int, loo: bool = False) -> tup
 
 
 def calibrate(x_l: np.ndarray, c_l: np.ndarray, y_l: np.ndarray, x_q: np.ndarray, c_q: np.ndarray,
-              k: int) -> dict[str, np.ndarray]:
-    """Predict's path for queries ``x_q`` against L: theta, decisions, the rule's review flags and
-    each query's distance to its nearest labelled claim."""
+              k: int, predictor: str) -> dict[str, np.ndarray]:
+    """Predict's path for queries ``x_q`` against L: theta (``nnppi``: the paper's NN-PPI;
+    ``head``: predict's ``head`` run, the embedding head on [vector, score] fitted on L, L's theta
+    out of fold), decisions, the rule's review flags, whether each query lies beyond L's radius
+    and its review priority."""
     idx_l, near_l = neighbours(x_l, x_l, k, loo=True)
-    theta_l = nnppi_theta(c_l, y_l[idx_l], c_l[idx_l])
-    rule = fit_review(theta_l, y_l)
     idx, near = neighbours(x_q, x_l, k)
-    theta = nnppi_theta(c_q, y_l[idx], c_l[idx])
+    if predictor == "head":
+        head = fit_head(x_l, c_l, y_l)
+        theta_l, theta = head.oof, head.predict(x_q, c_q)
+    else:
+        theta_l = nnppi_theta(c_l, y_l[idx_l], c_l[idx_l])
+        theta = nnppi_theta(c_q, y_l[idx], c_l[idx])
+    rule = fit_review(theta_l, y_l)
     radius = fit_radius(near_l)
     figure = check_drift(near, radius).as_dict()
     return {"theta": theta, "decision": decide(theta),
@@ -95,6 +102,8 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=50, help="labels added a round (default 50)")
     ap.add_argument("--budget", type=int, default=800, help="the random arm's labels (default 800)")
     ap.add_argument("--rounds-queue", type=int, help="rounds of the queue arms (default: up to the budget)")
+    ap.add_argument("--predictor", choices=("nnppi", "head"), default="nnppi",
+                    help="theta: the paper's NN-PPI on the score (default), or predict's embedding head")
     ap.add_argument("--seeds", type=int, default=10,
                     help="draws of the random and coverage arms (default 10)")
     opts = ap.parse_args()
@@ -125,7 +134,7 @@ def main() -> None:
             for r in range(rounds + 1):
                 x_l, c_l, y_l = (np.concatenate([a, b[chosen]])
                                  for a, b in ((x_d, x_p), (c_d, c_p), (y_d, y_p)))
-                cal = calibrate(x_l, c_l, y_l, x_t, c_t, k)
+                cal = calibrate(x_l, c_l, y_l, x_t, c_t, k, opts.predictor)
                 rows.append({"arm": arm, "seed": s, "labels": len(chosen), **figures(cal, y_t)})
                 if r == rounds:
                     break
@@ -133,7 +142,7 @@ def main() -> None:
                     chosen = shuffled[:len(chosen) + opts.step]
                     continue
                 rest = np.setdiff1d(np.arange(len(pool)), chosen)
-                cal = calibrate(x_l, c_l, y_l, x_p[rest], c_p[rest], k)
+                cal = calibrate(x_l, c_l, y_l, x_p[rest], c_p[rest], k, opts.predictor)
                 order = (coverage_order(x_p[rest], cal["beyond"], cal["priority"], seed=s)
                          if arm == "coverage" else np.lexsort((rest, -cal["priority"])))
                 chosen = np.concatenate([chosen, rest[order[:opts.step]]])
@@ -153,7 +162,7 @@ def main() -> None:
     print(f"\ntarget: mean F1 at 200 coverage-chosen {said['coverage_200']}, at 200 uncertain-chosen "
           f"{said['uncertain_200']}, at {opts.budget} random {said['random_800']}")
     print(json.dumps({"bench": "cold_start", "n_debates": len(debates), "n_pool": len(pool),
-                      "n_test": len(test), "k": k, "seeds": opts.seeds,
+                      "n_test": len(test), "k": k, "seeds": opts.seeds, "predictor": opts.predictor,
                       "seconds": round(time.monotonic() - t0, 1), "target": target, "table": table}))
 
 
