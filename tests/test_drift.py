@@ -24,6 +24,7 @@ from sqlalchemy import text
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_claimbuster, load_tweets
 from checkworthy.flows.tasks import announce_drift
+from checkworthy.method.coverage import k_center
 from checkworthy.method.drift import (
     ALPHA,
     CALM,
@@ -38,11 +39,12 @@ from checkworthy.method.prevalence import share_positive, under_drift
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.review_queue import export_rows
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
-from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.claims import COOKING, write_csv
 from checkworthy.testing.datasets import raw_path
@@ -205,6 +207,39 @@ def test_a_batch_partly_beyond_sends_only_its_far_claims_to_a_person(engine, wor
     assert sum(c == "drift" for c, _ in queued.values()) == d["n_beyond"]
     assert params["review"]["automated_share"] == pytest.approx(1 - len(queued) / len(rows))
     assert params["prevalence"]["not_estimable"] == "drift"
+
+
+def test_a_coverage_export_spreads_the_claims_beyond_first_then_the_most_uncertain(engine, use_db, world,
+                                                                                 tmp_path, capsys):
+    """A drifted batch (40 claims of L's kind, the cooking instructions): ``review export --order
+    coverage`` lists the claims queued for drift first, in greedy k-center order over their stored
+    embeddings, then the others most uncertain first; the command writes them and says so."""
+    w, cooking = world
+    batch = sorted(w.target_ids)[:40] + list(cooking)
+    target = f"{w.tag}:mixed-coverage"
+    with engine.begin() as conn:
+        lineages.register_target(conn, target, w.lineage, batch)
+    run = run_calibration(engine, RunSpec(target, tuple(sorted(batch)), w.ls0, w.key, 5))
+    with engine.connect() as conn:
+        queued = conn.execute(text("SELECT claim_id, cause FROM review_queue WHERE run_id = :r"), {"r": run}).all()
+        rows = export_rows(conn, None, target, "coverage", seed=3)
+        top = export_rows(conn, 5, target, "coverage", seed=3)
+        far = {c for c, cause in queued if cause == "drift"}
+        drift = [r["claim_id"] for r in export_rows(conn, None, target) if r["claim_id"] in far]
+        vectors = claim_embeddings(conn, drift)
+        alert = load_run(conn, run)["params"]["drift"]["alert"]
+    assert alert and drift
+    ids = [r["claim_id"] for r in rows]
+    assert sorted(ids) == sorted(c for c, _ in queued) and [r["claim_id"] for r in top] == ids[:5]
+    assert ids[:len(drift)] == [drift[i] for i in k_center(vectors, len(drift), seed=3)]
+    rest = rows[len(drift):]
+    assert [r["priority"] for r in rest] == sorted((r["priority"] for r in rest), reverse=True)
+    out = tmp_path / "cover.csv"
+    assert main(["review", "export", "--order", "coverage", "--seed", "3", "--target", target,
+                 "--format", "csv", "--limit", "5", "--out", str(out)]) == 0
+    with out.open(encoding="utf-8") as fh:
+        assert [r["id"] for r in csv.DictReader(fh)] == [r["source_id"] for r in top]
+    assert "5 claims to label, those beyond the labelled set's radius spread first" in capsys.readouterr().out
 
 
 def test_predict_on_tweets_against_debate_labels_says_the_drift_and_acts(use_db, tmp_path, capsys):

@@ -232,6 +232,7 @@ def test_a_filled_in_csv_is_read_and_empty_labels_are_skipped(tmp_path):
     (["--format", "csv"], "writes a .csv file"),
     (["--target", "no-such:target"], "no claim of it was ever queued"),
     (["--order", "random", "--target", "no-such:target"], "no calibration in force"),
+    (["--order", "coverage", "--target", "no-such:target"], "no claim of it was ever queued"),
     (["--order", "sideways"], "--order: invalid choice"),
 ])
 def test_review_export_refuses_bad_options_before_writing(use_db, first, tmp_path, capsys, argv, says):

@@ -20,10 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     rx = rv_sub.add_parser("export", help="the top of the open queue as Label Studio tasks or a CSV to fill")
     rx.add_argument("--format", choices=("csv", "label-studio"), default="label-studio")
     rx.add_argument("--limit", type=positive_int, default=100, help="how many claims (default 100)")
-    rx.add_argument("--order", choices=("uncertain", "random"), default="uncertain",
+    rx.add_argument("--order", choices=("uncertain", "coverage", "random"), default="uncertain",
                     help="uncertain: the open queue, most uncertain first (what a person must decide); "
+                         "coverage: the claims queued for drift first, spread over the new region "
+                         "(k-center), then the most uncertain (labels for a new kind of claim); "
                          "random: a uniform sample of the unlabelled claims (labels to calibrate with)")
-    rx.add_argument("--seed", type=int, help="the random order's seed (default: params.yaml seed)")
+    rx.add_argument("--seed", type=int,
+                    help="the random and coverage orders' seed (default: params.yaml seed)")
     rx.add_argument("--target", help="only claims of this calibration target (e.g. clef2024:incoming)")
     rx.add_argument("--out", required=True, help="the file to write (.json for label-studio, .csv for csv)")
     rx.set_defaults(func=cmd_review)
@@ -68,7 +71,9 @@ def cmd_review(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     write_export(rows, Path(args.out), args.format)
-    what = "most uncertain first" if args.order == "uncertain" else "drawn at random"
+    what = {"uncertain": "most uncertain first", "random": "drawn at random",
+            "coverage": "those beyond the labelled set's radius spread first, then most uncertain",
+            }[args.order]
     print(f"{len(rows)} claims to label, {what} -> {args.out} ({args.format})")
     if args.format == "label-studio":
         print("Label Studio: import it into a project with the labelling configuration of docs/review.md")

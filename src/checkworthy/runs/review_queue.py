@@ -19,9 +19,11 @@ from sqlalchemy import Connection
 from checkworthy.data import label_studio
 from checkworthy.data.label_files import REQUIRED
 from checkworthy.data.outputs import atomic_text
+from checkworthy.method.coverage import coverage_order
 from checkworthy.method.drift import CALM
 from checkworthy.method.selective import ReviewRule, review_priority
 from checkworthy.store import review_queue as queue
+from checkworthy.store.embeddings import claim_embeddings
 
 #: the CSV export's columns: a label file's (fill ``label``) and what the reviewer should know
 CSV_COLUMNS = (*REQUIRED, "text", "theta", "priority", "reason", "run_id", "target")
@@ -48,8 +50,11 @@ def export_rows(conn: Connection, limit: int | None, target: str | None, order: 
     """What to label next. ``uncertain``: the top of the open queue, the decisions a person must
     take, most uncertain first. ``random``: a uniform, seeded sample of the unlabelled claims the
     calibrations decide; labels exchangeable with the stream, the ones that let the calibration
-    and its decide-or-review rule improve (``bench/bench_review_queue.py``). An unknown
-    ``target`` is refused."""
+    and its decide-or-review rule improve (``bench/bench_review_queue.py``). ``coverage``: the
+    open queue with the claims queued for drift (beyond the labelled set's radius) first, in
+    greedy k-center order over their stored embeddings (seeded), so the first labels spread over
+    the new region, then the others most uncertain first (``bench/bench_cold_start.py``). An
+    unknown ``target`` is refused."""
     if order == "random":
         known = queue.calibrated_targets(conn)
         if target is not None and target not in known:
@@ -62,7 +67,15 @@ def export_rows(conn: Connection, limit: int | None, target: str | None, order: 
     if target is not None and target not in (queued := queue.targets_with_entries(conn)):
         known = ", ".join(queued) or "none yet"
         raise ValueError(f"--target {target!r}: no claim of it was ever queued (targets: {known})")
-    return queue.open_entries(conn, limit, target)
+    if order == "uncertain":
+        return queue.open_entries(conn, limit, target)
+    rows = queue.open_entries(conn, None, target)
+    ids = [r["claim_id"] for r in rows]
+    drift = queue.open_drift_claims(conn, ids)
+    beyond = np.array([c in drift for c in ids], dtype=bool)
+    vectors = claim_embeddings(conn, ids) if beyond.any() else np.zeros((len(ids), 1))
+    picked = coverage_order(vectors, beyond, [r["priority"] for r in rows], seed)
+    return [rows[i] for i in picked[:limit]]
 
 
 def write_export(rows: Sequence[Mapping[str, Any]], out: Path, fmt: str) -> None:

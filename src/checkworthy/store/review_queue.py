@@ -49,6 +49,17 @@ def open_entries(conn: Connection, limit: int | None = None, target: str | None 
             ORDER BY priority DESC, claim_id LIMIT :n"""), {"t": target, "n": limit}).mappings())
 
 
+def open_drift_claims(conn: Connection, claim_ids: Sequence[int]) -> set[int]:
+    """The claims among ``claim_ids`` that a run in force queued for drift (cause ``drift``) and
+    no one has answered yet."""
+    return set(conn.execute(text(
+        """SELECT DISTINCT q.claim_id FROM review_queue q
+           JOIN calibrations_in_force f ON f.run_id = q.run_id
+           WHERE q.cause = 'drift' AND q.claim_id = ANY(:c)
+             AND NOT EXISTS (SELECT 1 FROM review_answers a WHERE a.claim_id = q.claim_id)"""),
+        {"c": [int(c) for c in claim_ids]}).scalars())
+
+
 def unlabelled_sample(conn: Connection, limit: int | None, target: str | None, seed: int
                       ) -> list[Mapping[str, Any]]:
     """A uniform sample of the claims the calibrations in force decide that have no label and no
