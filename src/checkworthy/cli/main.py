@@ -27,6 +27,9 @@ from checkworthy.cli import (
 from checkworthy.config import quiet_offline_env
 from checkworthy.errors import DataError, OutputUnwritable, StoreBusy, StoreUnavailable, UsageError
 
+#: what ``checkworthy --help`` says first (plain text: the module's docstring is for readers)
+DESCRIPTION = ("Spot check-worthy claims with a cheap model calibrated on your labels: predict, serve, "
+               "label, adapt; the paper's reproduction is `checkworthy run` (README.md).")
 #: one module a command (or a pair: serve and keys, score and train-classifier, adapt and models),
 #: each registering its own; --help lists them in this order
 COMMANDS = (run, labels, review, calibrate, predict, evaluate, compare, report, explain, serve, score, models,
@@ -42,7 +45,7 @@ class OneLineErrors(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineErrors(prog="checkworthy", description=__doc__)
+    p = OneLineErrors(prog="checkworthy", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.register(sub)
