@@ -126,6 +126,17 @@ def post(server: Server, path: str, body, key: str | None, **kw) -> httpx.Respon
     return httpx.post(server.url + path, json=body, headers=headers, timeout=120, **kw)
 
 
+def ready_once_listening(port: int) -> httpx.Response:
+    """``/health/ready`` of a ``checkworthy serve`` process on ``port``, asked until it listens
+    (two minutes at most)."""
+    for _ in range(240):
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5)
+        except httpx.TransportError:
+            time.sleep(0.5)
+    raise AssertionError(f"nothing listens on port {port} after two minutes")
+
+
 def assert_equals_batch(engine, world, served_run: int, body: dict) -> None:
     """Each answer equals a batch calibration of the same claims with the served run's spec."""
     from checkworthy.runs.recalibration import spec_from_run
@@ -358,13 +369,7 @@ def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world,
                              "--correction", "paper", "--port", str(port)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(240):
-            try:
-                ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5)
-                break
-            except httpx.TransportError:
-                time.sleep(0.5)
-        assert ready.json()["served_run"]["run_id"] == world.paper
+        assert ready_once_listening(port).json()["served_run"]["run_id"] == world.paper
         r = httpx.post(f"http://127.0.0.1:{port}/score/text", json={"text": world.dev[5]},
                        headers={"X-API-Key": world.scorer}, timeout=60)
         assert r.status_code == 200 and r.json()["served_run"]["run_id"] == world.paper
@@ -389,13 +394,7 @@ def test_serve_without_a_lineage_serves_the_newest_run_and_says_which(db_url, wo
                              "--port", str(port)], env=os.environ | {"DATABASE_URL": db_url},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(240):
-            try:
-                ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5)
-                break
-            except httpx.TransportError:
-                time.sleep(0.5)
-        assert ready.json()["served_run"]["run_id"] == world.paper
+        assert ready_once_listening(port).json()["served_run"]["run_id"] == world.paper
     finally:
         proc.terminate()
         out = proc.communicate(timeout=30)[0]
