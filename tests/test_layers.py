@@ -220,3 +220,16 @@ def test_no_function_takes_more_than_seven_parameters():
             if n > 7 and not writer:
                 many.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n}")
     assert not many, "functions over 7 parameters:\n" + "\n".join(many)
+
+
+@pytest.mark.parametrize("folder", ["tests", "bench"])
+def test_tests_and_benchmarks_share_helpers_through_the_package(folder: str):
+    """Neither a test nor a benchmark imports a test module: what they share is in
+    ``checkworthy.testing``, so ``python bench/<name>.py`` runs from a plain checkout."""
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "tests"]
+    assert not found, "imports of test modules:\n" + "\n".join(found)
