@@ -15,7 +15,7 @@ from checkworthy.runs import train_classifier as training
 from checkworthy.runs.train_lora import FineTuning, train_lora
 from checkworthy.runs.train_setfit import SetFitSpec, train_setfit
 from checkworthy.scorers import classifier
-from checkworthy.scorers.lora_classifier import LoraClassifierScorer, load_lora
+from checkworthy.scorers.lora_classifier import LoraArtefact, LoraClassifierScorer, load_lora
 from checkworthy.scorers.registry import make_scorer
 
 
@@ -174,3 +174,52 @@ def test_an_ensemble_in_the_store_joins_its_members_stored_scores(engine):
     fresh = [o["p_positive"].score for o in ensemble.score(texts)]
     assert [stored[(h, "p_positive")].score for h in hashes] == pytest.approx(fresh, abs=1e-5)  # other batches
     assert score_missing(engine, ensemble, hashes)[:2] == (0, 8)
+
+
+def test_distillation_learns_the_teachers_probabilities_not_the_labels(tiny):
+    """With a teacher's P(check-worthy) as targets the adapter follows the teacher: a teacher that
+    says the opposite of every label turns the student's ranking of the labels upside down, where
+    the labels themselves rank them the right way up (the same texts, seed and recipe)."""
+    from checkworthy.runs.train_lora import fine_tune
+
+    _, _, small = tiny
+    claims = small["claimbuster:other"]
+    texts, y = [c.text for c in claims], np.array([c.label for c in claims])
+    spec = FineTuning.for_base(epochs=2, lr=2e-3, head_lr=2e-3)
+    by_label = fine_tune(texts, y, spec, seed=1, echo=lambda _: None)
+    by_teacher = fine_tune(texts, y, spec, seed=1, echo=lambda _: None, targets=np.where(y == 1, 0.1, 0.9))
+    auc = {}
+    for name, (encoder, head, _) in {"labels": by_label, "teacher": by_teacher}.items():
+        art = LoraArtefact("x", "x", tiny[1], {}, encoder.eval(), head.eval(), tiny[0].tok)
+        auc[name] = roc_auc(y, art.predict_proba(texts))
+    assert by_teacher[2]["targets"].startswith("a teacher's") and by_label[2]["targets"] == "labels"
+    assert auc["labels"] > 0.7 and auc["teacher"] < 0.3
+
+
+def test_the_teachers_probabilities_come_through_the_store(use_db):
+    """``train-classifier --teacher``'s targets are the teacher's stored p_positive: scored once, then
+    read back (no new prediction row), in the texts' order."""
+    from sqlalchemy import text as sql
+
+    from checkworthy.runs.train_lora import teacher_probabilities
+
+    texts = [f"Unemployment fell by {n} percent last year, {uuid.uuid4().hex[:6]}." for n in range(5)]
+    first = teacher_probabilities("classifier:minilm-lr", texts)
+    with use_db.connect() as conn:
+        rows = conn.execute(sql("select count(*) from predictions")).scalar()
+    again = teacher_probabilities("classifier:minilm-lr", list(reversed(texts)))
+    with use_db.connect() as conn:
+        assert conn.execute(sql("select count(*) from predictions")).scalar() == rows
+    direct = classifier.ClassifierScorer("minilm-lr").score(texts)
+    assert first == pytest.approx([d["p_positive"].score for d in direct], abs=1e-9)
+    assert again == pytest.approx(first[::-1], abs=1e-12)
+
+
+def test_a_teacher_is_refused_before_anything_is_trained_but_for_lora(tmp_path, capsys):
+    from checkworthy.cli.main import main
+
+    code = main(["train-classifier", "--name", "x", "--method", "setfit", "--teacher", "classifier:minilm-lr",
+                 "--root", str(tmp_path / "root")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "--teacher: only with --method lora" in err
+    assert not (tmp_path / "root").exists()

@@ -118,6 +118,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="setfit, lora: training texts per class, a seeded sample of the training set "
                         "(default: setfit 500, lora every text)")
     p.add_argument("--steps", type=positive_int, default=600, help="setfit: contrastive batches of pairs")
+    p.add_argument("--teacher", metavar="MODEL",
+                   help="lora: learn this model's P(check-worthy) of each training text instead of its label "
+                        "(distillation, e.g. the recommended ensemble:minilm-lora+gemma-lora; scored through "
+                        "the store); the epoch is still chosen by the held-back texts' labels")
     p.add_argument("--device", default="cpu",
                    help="lora: the torch device that trains (cpu, cuda, cuda:1); evaluation runs on the CPU")
     p.add_argument("--no-dvc", action="store_true",
@@ -138,12 +142,15 @@ def run_train(args: argparse.Namespace) -> int:
     """Train, save, print the test F1."""
     data = TrainingData(exclude=[g.strip() for g in args.exclude.split(",") if g.strip()], seed=args.seed)
     root = Path(args.root) if args.root else ARTEFACT_ROOT
+    if args.teacher and args.method != "lora":
+        raise ValueError(f"--teacher: only with --method lora (not {args.method})")
     if args.method in ("lora", "setfit"):
         from checkworthy.runs.train_lora import FineTuning, train_lora, version_with_dvc  # start-up: torch
 
         if args.method == "lora":
             spec = FineTuning.for_base(args.base, epochs=args.epochs, rank=args.rank, device=args.device)
-            art = train_lora(args.name, spec, data, examples=args.examples, root=root, echo=print)
+            art = train_lora(args.name, spec, data, examples=args.examples, root=root, echo=print,
+                             teacher=args.teacher)
         else:
             from checkworthy.runs.train_setfit import SetFitSpec, train_setfit  # start-up: setfit, datasets
 

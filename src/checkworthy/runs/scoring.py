@@ -66,3 +66,15 @@ def score_missing(
     keys = {kind: store.ScoreKey(model_id, prompt_version, store.params_hash(params), kind)
             for kind in scorer.score_kinds}
     return total, len(set(text_hashes)) - total, keys
+
+
+def stored_scores(engine: Engine, scorer: Scorer, texts: Sequence[str], kind: str,
+                  prompt: PromptInfo = NO_PROMPT, progress: Progress | None = None) -> list[float | None]:
+    """``kind`` scores of ``texts``, in order: stored ones read back, the rest scored and stored
+    first (as ``checkworthy score`` does); None where the scorer failed on a text."""
+    with engine.begin() as conn:
+        hashes = store.store_texts(conn, list(texts))
+    _, _, keys = score_missing(engine, scorer, hashes, prompt, progress=progress)
+    with engine.connect() as conn:
+        preds = store.stored_predictions(conn, {kind: keys[kind]}, hashes)
+    return [preds[(h, kind)].score for h in hashes]

@@ -22,18 +22,19 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+from numpy.typing import NDArray
 
 from checkworthy.config import ROOT
 from checkworthy.data.versioning import dvc_in, git_rev
 from checkworthy.method.sampling import balanced_sample
-from checkworthy.runs.train_classifier import TrainingData, evaluate, leakage_free_set
+from checkworthy.runs.train_classifier import TrainingData, TrainingSet, evaluate, leakage_free_set
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
 from checkworthy.scorers.lora_classifier import (
     ARTEFACT_FILES,
@@ -140,10 +141,14 @@ def length_batches(idx: np.ndarray, lengths: np.ndarray, batch_size: int, gen: A
 
 
 def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, seed: int,
-              echo: Callable[[str], None], init: Path | None = None) -> tuple[Any, Any, dict[str, Any]]:
+              echo: Callable[[str], None], init: Path | None = None,
+              targets: Sequence[float] | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """Train the adapter and head as ``spec`` says (on its device); return them on the CPU (the
-    epoch with the lowest validation log-loss). ``init``: an artefact folder whose adapter and head
-    training continues from (its rank wins over ``spec.rank``), else a fresh adapter."""
+    epoch with the lowest validation log-loss against ``labels``). ``init``: an artefact folder whose
+    adapter and head training continues from (its rank wins over ``spec.rank``), else a fresh
+    adapter. ``targets``: a teacher's P(check-worthy) of each text, learnt instead of the labels
+    (distillation: the cross-entropy against the teacher's two-class distribution); the epoch is
+    still chosen by the held-back texts' labels."""
     import copy
 
     import torch
@@ -168,6 +173,7 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, 
     head = head.to(device)
     tr, va = _split(labels, val_share, seed)
     y = torch.tensor(np.asarray(labels), dtype=torch.long, device=device)
+    soft = None if targets is None else torch.tensor(np.asarray(targets, dtype=np.float32), device=device)
     adapter = [p for p in encoder.parameters() if p.requires_grad]
     groups = [{"params": adapter, "lr": lr}, {"params": list(head.parameters()), "lr": head_lr}]
     opt = torch.optim.AdamW(groups, weight_decay=0.01)
@@ -200,7 +206,8 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, 
         t0 = time.monotonic()
         running = 0.0
         for idx in length_batches(tr, lengths, batch_size, gen):
-            loss = torch.nn.functional.cross_entropy(batch_logits(idx), y[idx])
+            target = y[idx] if soft is None else torch.stack([1 - soft[idx], soft[idx]], dim=1)
+            loss = torch.nn.functional.cross_entropy(batch_logits(idx), target)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -224,9 +231,29 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, 
              "epoch_selection": "lowest validation log-loss (held back from the training texts)",
              "history": history, "chosen_epoch": min(history, key=lambda h: h["val_log_loss"])["epoch"],
              "n_train": len(tr), "n_val": len(va), "seed": seed,
+             "targets": "labels" if targets is None else "a teacher's P(check-worthy) (distillation)",
              "continued_from": None if init is None else f"{init.parent.name}@{init.name}",
              "device": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else str(device)}
     return encoder, head, hyper
+
+
+def teacher_probabilities(teacher: str, texts: Sequence[str], echo: Callable[[str], None] = lambda _: None
+                          ) -> NDArray[np.float64]:
+    """The ``teacher`` model's P(check-worthy) of each text, through the store (scores it holds are
+    read back, the rest scored and kept), for distillation; refused where it failed on any text."""
+    from checkworthy.runs.scoring import stored_scores
+    from checkworthy.scorers.registry import make_scorer
+    from checkworthy.store.engine import get_engine
+
+    scorer, prompt = make_scorer(teacher)
+    if "p_positive" not in scorer.score_kinds:
+        raise ValueError(f"--teacher {teacher}: gives no p_positive (a trained classifier or ensemble does)")
+    p = stored_scores(get_engine(), scorer, texts, "p_positive", prompt,
+                      progress=lambda done, total: echo(f"  teacher: {done}/{total} texts scored"))
+    failed = sum(x is None for x in p)
+    if failed:
+        raise ValueError(f"--teacher {teacher}: no score for {failed} training texts")
+    return np.asarray(p, dtype=np.float64)
 
 
 def write_adapter(folder: Path, encoder: Any, head: Any) -> dict[str, str]:
@@ -289,6 +316,58 @@ def version_with_dvc(folder: Path, command: str, repo: Path = ROOT) -> Path:
     return dvc_file
 
 
+@dataclass(frozen=True)
+class Trained:
+    """What an adapter was trained on and how, for its manifest: the leakage-free set with the seed
+    and calibration sizes it was drawn with, the balanced sample (``examples`` a class, None: every
+    text), the teacher (None: the labels), the base, the hyperparameters and the seconds it took."""
+
+    ts: TrainingSet
+    seed: int
+    n_per_class: Mapping[str, int | None]
+    examples: int | None
+    n_trained_on: int
+    teacher: str | None
+    base: Base
+    hyper: dict[str, Any]
+    seconds: float
+
+
+def save_trained(name: str, encoder: Any, head: Any, trained: Trained, groups: Mapping[str, Sequence[Any]],
+                 root: Path = ARTEFACT_ROOT, echo: Callable[[str], None] = lambda _: None) -> LoraArtefact:
+    """Save a trained adapter and head with their manifest, then evaluate them on the CPU on every
+    held-out group (the manifest's ``metrics``)."""
+    import torch
+
+    ts, base = trained.ts, trained.base
+    manifest = {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_rev": git_rev(),
+        "base_model": {"model": base.model, "package": base.package, "pooling": base.pooling,
+                       "template": base.template},
+        "hyperparameters": trained.hyper,
+        "training_seconds": round(trained.seconds, 1),
+        "torch_threads": torch.get_num_threads(),
+        "training_data": {
+            "fingerprint": ts.fingerprint, "n_texts": len(ts.texts), "n_positive": int(sum(ts.labels)),
+            "sources": ts.sources, "n_rows_excluded": ts.n_rows_excluded,
+            "n_dropped_conflicting": ts.n_dropped_conflicting, "n_duplicates_merged": ts.n_duplicates_merged,
+            "excluded": ts.excluded, "exclusion_key": "datasets.normalise_text",
+            "seed": trained.seed, "calibration_n_per_class": dict(trained.n_per_class),
+            "examples_per_class": trained.examples, "n_trained_on": trained.n_trained_on,
+            "teacher": trained.teacher,
+        },
+        "score_kinds": {"p_positive": "P(check-worthy)",
+                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+    }
+    folder = save_lora(name, encoder, head, manifest, root, base.model_type)
+    art = load_lora(f"{name}@{folder.name}", root)
+    art.manifest["metrics"] = evaluate(art.predict_proba, art.manifest, groups)
+    (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")
+    echo(f"saved {folder}")
+    return art
+
+
 def train_lora(
     name: str,
     spec: FineTuning | None = None,
@@ -297,14 +376,15 @@ def train_lora(
     examples: int | None = None,
     root: Path = ARTEFACT_ROOT,
     echo: Callable[[str], None] = lambda _: None,
+    teacher: str | None = None,
 ) -> LoraArtefact:
     """Fine-tune (as ``spec`` says; None: MiniLM's :data:`DEFAULTS`), save and evaluate (on the CPU)
     a LoRA classifier on every text of ``data`` or ``examples`` of each class; seed and calibration
-    sizes from params.yaml unless ``data`` gives them."""
+    sizes from params.yaml unless ``data`` gives them. ``teacher``: a model spec whose
+    P(check-worthy) of each training text is learnt instead of its label (distillation)."""
     import torch
 
     spec = spec or FineTuning.for_base()
-    chosen = spec.model_base
     t0 = time.monotonic()
     ts, groups, seed, n_per_class = leakage_free_set(data or TrainingData())
     echo(f"training set: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy) from {ts.sources}; "
@@ -315,29 +395,8 @@ def train_lora(
         pick = balanced_sample(labels, examples, seed=seed)
         texts, labels = [texts[i] for i in pick], [labels[i] for i in pick]
         echo(f"a balanced sample of {len(texts):,} ({sum(labels):,} check-worthy)")
-    encoder, head, hyper = fine_tune(texts, labels, spec, seed=seed, echo=echo)
-    manifest = {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(),
-        "base_model": {"model": chosen.model, "package": chosen.package, "pooling": chosen.pooling,
-                       "template": chosen.template},
-        "hyperparameters": hyper,
-        "training_seconds": round(time.monotonic() - t0, 1),
-        "torch_threads": torch.get_num_threads(),
-        "training_data": {
-            "fingerprint": ts.fingerprint, "n_texts": len(ts.texts), "n_positive": int(sum(ts.labels)),
-            "sources": ts.sources, "n_rows_excluded": ts.n_rows_excluded,
-            "n_dropped_conflicting": ts.n_dropped_conflicting, "n_duplicates_merged": ts.n_duplicates_merged,
-            "excluded": ts.excluded, "exclusion_key": "datasets.normalise_text",
-            "seed": seed, "calibration_n_per_class": dict(n_per_class),
-            "examples_per_class": examples, "n_trained_on": len(texts),
-        },
-        "score_kinds": {"p_positive": "P(check-worthy)",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
-    }
-    folder = save_lora(name, encoder, head, manifest, root, chosen.model_type)
-    art = load_lora(f"{name}@{folder.name}", root)
-    art.manifest["metrics"] = evaluate(art.predict_proba, art.manifest, groups)
-    (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")
-    echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
-    return art
+    teacher_p = None if teacher is None else teacher_probabilities(teacher, texts, echo)
+    encoder, head, hyper = fine_tune(texts, labels, spec, seed=seed, echo=echo, targets=teacher_p)
+    trained = Trained(ts, seed, n_per_class, examples, len(texts), teacher, spec.model_base, hyper,
+                      time.monotonic() - t0)
+    return save_trained(name, encoder, head, trained, groups, root, echo)
