@@ -22,7 +22,8 @@ fi
 
 # Label Studio (the data team's labelling tool; tests/test_label_studio_backend.py runs a real one)
 # in a virtual environment of its own: its pins would downgrade ours (numpy, openai, pyarrow, pytz,
-# redis, python-json-logger). About 70 s to install; skipped when its pin has not changed.
+# redis, python-json-logger). About 2 min to install (70 s from pip's cache); skipped when its pin has
+# not changed.
 ls_stamp=.venv-label-studio/.checkworthy-requirements
 ls_want=$(sha256sum requirements/label-studio.txt | cut -d' ' -f1)
 if [ "$(cat "$ls_stamp" 2>/dev/null)" != "$ls_want" ]; then

@@ -291,6 +291,7 @@ def test_an_annotation_lands_as_a_label_moves_the_lineage_and_emits_the_event(en
             "SELECT prefect_event_id, payload FROM change_events WHERE kind = 'labels' AND key = :k"),
             {"k": str(update.id)}).one()
     assert payload["label_set_names"] == [LINEAGE] and payload["new_heads"] == {LINEAGE: head}
+    assert (payload["n_rows"], payload["n_appended"]) == (1, 1)
     assert event_stored(event_id)  # checkworthy.labels.updated: the adapt deployment's trigger
     # the backend now serves the recalibrated run
     assert httpx.get(f"{backend.url}/versions").json() == {

@@ -7,7 +7,8 @@ Label Studio calls ``POST /setup`` when the backend is connected (and before eac
 - ``/predict`` calibrates each task's stored claim with the run in force (:class:`CurrentRun`, as
   the API does) and answers the decision as a pre-annotation with ``score`` = 1 - review priority,
   so Label Studio's "prediction score, ascending" order (and its uncertainty sampling) puts the
-  most uncertain claims first; ``model_version`` names the run, so a recalibration refreshes them.
+  most uncertain claims first; ``model_version`` names the run (a new run in force is a new
+  version: Label Studio asks again for tasks without a prediction of it).
 - ``/webhook``: an ``ANNOTATION_CREATED`` or ``ANNOTATION_UPDATED`` becomes a label file that goes
   through the label-update flow, exactly as ``checkworthy review import`` (DVC, the Great
   Expectations gate, append-only labels, queue entries closed, recalibration, the event
@@ -30,11 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import BackgroundTasks, Body, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import BackgroundTasks, Body, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
-from starlette.exceptions import HTTPException
 
 from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.data import label_studio
@@ -46,8 +45,8 @@ from checkworthy.method.selective import review_priority
 from checkworthy.runs.label_updates import check_label_file
 from checkworthy.runs.review_queue import write_label_file
 from checkworthy.runs.served_run import ServedRun
-from checkworthy.serve.app import ApiError, error_response
-from checkworthy.serve.served import CurrentRun, NotReady, Selection
+from checkworthy.serve.app import ApiError, json_errors
+from checkworthy.serve.served import CurrentRun, Selection
 from checkworthy.store.label_updates import find_update, stored_claims
 
 log = logging.getLogger("checkworthy.label_studio")
@@ -75,6 +74,15 @@ def project_id(value: Any) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+def our_project(value: Any, allowed: Sequence[int], field: str) -> int:
+    """The project id of ``value`` when the backend serves it, else :class:`ApiError` (403)."""
+    pid = project_id(value)
+    if pid not in allowed:
+        raise ApiError(403, "other_project", f"Label Studio project {value!r} is not one this backend "
+                       f"serves (--project {' '.join(map(str, allowed))})", field)
+    return pid
+
+
 def schema_problem(schema: str) -> str | None:
     """Why a project's labelling configuration cannot hold our answers (None when it can): it
     needs the single ``Choices`` named ``checkworthy`` with Yes and No over a ``Text`` of ``$text``."""
@@ -94,21 +102,58 @@ def schema_problem(schema: str) -> str | None:
 class Annotations:
     """Annotations checked, then applied one at a time through the label-update flow."""
 
-    def __init__(self, engine: Engine, flow: LabelFlow) -> None:
-        self.engine, self.flow = engine, flow
+    def __init__(self, engine: Engine, flow: LabelFlow, projects: Sequence[int]) -> None:
+        self.engine, self.flow, self.projects = engine, flow, sorted(set(projects))
         self._one_at_a_time = threading.Lock()
         self._lock = threading.Lock()  # guards _pending
         self._pending: set[str] = set()
 
-    def check(self, answer: label_studio.Answer, task: Mapping[str, Any], dataset: str, folder: Path,
-              name: str) -> Path:
-        """The answer's label file in ``folder``, checked as ``labels add`` checks it (a known claim)
-        and against the task (a claim of ``dataset``; the same claim id when the task names one)."""
+    def receive(self, body: Mapping[str, Any], dataset: str, background: BackgroundTasks) -> Any:
+        """A webhook's event: an annotation of a task of ``dataset`` checked and queued (202), an
+        answer seen before (200), or a refusal (:class:`ApiError`); other events are ignored."""
+        action = body.get("action")
+        if action not in ANNOTATION_ACTIONS:
+            return JSONResponse({"status": "ignored", "action": action}, status_code=200)
+        annotation, task = body.get("annotation"), body.get("task")
+        if not isinstance(annotation, Mapping) or not isinstance(task, Mapping):
+            raise ApiError(422, "invalid", f"{action} without its annotation and task", "annotation")
+        project = body.get("project")
+        project = project.get("id") if isinstance(project, Mapping) else None
+        pid = our_project(annotation.get("project", task.get("project", project)), self.projects,
+                          "annotation.project")
+        where = f"Label Studio task {task.get('id')}"
+        try:
+            answer = label_studio.annotation_answer(task, annotation, where)
+        except DataError as exc:
+            raise ApiError(422, "bad_annotation", f"{where}: {exc.problem}", exc.field) from None
+        if answer is None:
+            return JSONResponse({"status": "no answer", "task": task.get("id")}, status_code=200)
+        folder = tempfile.TemporaryDirectory(prefix="label-studio-")
+        try:
+            path = Path(folder.name) / f"label-studio-{pid}-task-{task.get('id')}.csv"
+            self.check(answer, task, dataset, path)
+            state, done = self.claim(path)
+        except BaseException:
+            folder.cleanup()
+            raise
+        summary = {"task": task.get("id"), "claim": answer.id, "dataset": answer.dataset,
+                   "label": answer.label}
+        if state != "new":
+            folder.cleanup()
+            status = f"already {done['status']}" if done else "already queued"
+            return JSONResponse(summary | {"status": status, "update_id": done["id"] if done else None},
+                                status_code=200)
+        background.add_task(self.apply, path, folder)
+        return summary | {"status": "accepted"}
+
+    def check(self, answer: label_studio.Answer, task: Mapping[str, Any], dataset: str, path: Path) -> None:
+        """Write the answer's label file at ``path`` and check it as ``labels add`` does (a known
+        claim) and against the task (a claim of ``dataset``; the same claim id when the task names
+        one)."""
         where = f"Label Studio task {task.get('id')}"
         if answer.dataset != dataset:
             raise ApiError(422, "other_dataset", f"{where}: claim {answer.id!r} is of {answer.dataset!r}; "
                            f"this backend labels the lineage's dataset {dataset!r}", "task.data.dataset")
-        path = folder / name
         write_label_file([answer], path)
         try:
             with self.engine.connect() as conn:
@@ -121,16 +166,16 @@ class Annotations:
             raise ApiError(422, "unknown_claim", f"{where}: claim {answer.id!r} of {answer.dataset!r} is not "
                            "a stored claim of this store (export tasks with 'checkworthy review export')",
                            "task.data.claim_id")
-        return path
 
     def claim(self, path: Path) -> tuple[str, Mapping[str, Any] | None]:
         """Reserve the file's update: ``("new", None)``, ``("pending", None)`` while the same bytes
-        wait for their update, or ``("applied", the update)`` when they were applied before."""
+        wait for their update, or ``("done", the update)`` when they were applied (or rejected)
+        before."""
         sha = sha256_file(path)
         with self.engine.connect() as conn:
             done = find_update(conn, sha)
         if done is not None:
-            return "applied", done
+            return "done", done
         with self._lock:
             if sha in self._pending:
                 return "pending", None
@@ -197,33 +242,10 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
                    flow: LabelFlow = LabelFlow()) -> FastAPI:
     """The ML backend for Label Studio ``projects`` over the runs ``selection`` names."""
     app = FastAPI(title="checkworthy ML backend for Label Studio", version="1")
+    json_errors(app)
     current = CurrentRun(engine, selection, params)
-    annotations = Annotations(engine, flow)
+    annotations = Annotations(engine, flow, projects)
     app.state.current, app.state.annotations = current, annotations
-    allowed = sorted(set(projects))
-
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.field)
-
-    @app.exception_handler(NotReady)
-    async def not_ready(_: Request, exc: NotReady) -> JSONResponse:
-        return error_response(503, "not_ready", str(exc))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid", str(exc.errors()[0].get("msg", "invalid input")), "body")
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, "http", str(exc.detail))
-
-    def ours(value: Any, field: str) -> int:
-        pid = project_id(value)
-        if pid not in allowed:
-            raise ApiError(403, "other_project", f"Label Studio project {value!r} is not one this backend "
-                           f"serves (--project {' '.join(map(str, allowed))})", field)
-        return pid
 
     @app.get("/health")
     @app.get("/")
@@ -234,7 +256,7 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/setup")
     def setup(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         """A project connects: it must be ours and its labelling configuration must fit."""
-        ours(body.get("project"), "project")
+        our_project(body.get("project"), annotations.projects, "project")
         problem = schema_problem(str(body.get("schema") or ""))
         if problem:
             raise ApiError(422, "label_config", problem, "schema")
@@ -248,7 +270,7 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/predict")
     def predict(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         """Pre-annotations for the tasks, scored for uncertainty sampling."""
-        ours(body.get("project"), "project")
+        our_project(body.get("project"), annotations.projects, "project")
         tasks = body.get("tasks")
         if not isinstance(tasks, list):
             raise ApiError(422, "invalid", "tasks must be a list", "tasks")
@@ -258,36 +280,6 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/webhook", status_code=202)
     def webhook(body: Annotated[dict[str, Any], Body()], background: BackgroundTasks) -> Any:
         """An annotation becomes a label update (after this answer); other events are ignored."""
-        action = body.get("action")
-        if action not in ANNOTATION_ACTIONS:
-            return JSONResponse({"status": "ignored", "action": action}, status_code=200)
-        annotation, task = body.get("annotation"), body.get("task")
-        if not isinstance(annotation, Mapping) or not isinstance(task, Mapping):
-            raise ApiError(422, "invalid", f"{action} without its annotation and task", "annotation")
-        project = (body.get("project") or {}).get("id") if isinstance(body.get("project"), Mapping) else None
-        pid = ours(annotation.get("project", task.get("project", project)), "annotation.project")
-        where = f"Label Studio task {task.get('id')}"
-        try:
-            answer = label_studio.annotation_answer(task, annotation, where)
-        except DataError as exc:
-            raise ApiError(422, "bad_annotation", f"{where}: {exc.problem}", exc.field) from None
-        if answer is None:
-            return JSONResponse({"status": "no answer", "task": task.get("id")}, status_code=200)
-        folder = tempfile.TemporaryDirectory(prefix="label-studio-")
-        try:
-            path = annotations.check(answer, task, current.get().dataset, Path(folder.name),
-                                     f"label-studio-{pid}-task-{task.get('id')}.csv")
-            state, done = annotations.claim(path)
-        except BaseException:
-            folder.cleanup()
-            raise
-        summary = {"task": task.get("id"), "claim": answer.id, "dataset": answer.dataset,
-                   "label": answer.label}
-        if state != "new":
-            folder.cleanup()
-            return JSONResponse(summary | {"status": "already applied" if done else "already queued",
-                                           "update_id": done["id"] if done else None}, status_code=200)
-        background.add_task(annotations.apply, path, folder)
-        return summary | {"status": "accepted"}
+        return annotations.receive(body, current.get().dataset, background)
 
     return app
