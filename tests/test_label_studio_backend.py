@@ -332,6 +332,9 @@ def test_annotations_of_another_project_unknown_claims_or_bad_choices_are_refuse
     unknown = _refused(backend, "/webhook", {"action": "ANNOTATION_CREATED", "annotation": ann, "task": task | {
         "data": task["data"] | {"source_id": "no-such-claim", "claim_id": 10**9}}})
     assert unknown["status"] == 422 and "no-such-claim" in unknown["message"]
+    path_like = _refused(backend, "/webhook", {"action": "ANNOTATION_CREATED", "annotation": ann,
+                                               "task": task | {"id": "../../escape"}})
+    assert path_like["status"] == 422 and path_like["field"] == "task.id"
     bad = {"result": [{"from_name": "checkworthy", "type": "choices", "value": {"choices": ["Maybe"]}}]}
     maybe = _refused(backend, "/webhook", {"action": "ANNOTATION_UPDATED", "annotation": ann | bad, "task": task})
     assert maybe["status"] == 422 and "must be Yes or No" in maybe["message"]

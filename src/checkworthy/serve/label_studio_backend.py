@@ -117,6 +117,8 @@ class Annotations:
         annotation, task = body.get("annotation"), body.get("task")
         if not isinstance(annotation, Mapping) or not isinstance(task, Mapping):
             raise ApiError(422, "invalid", f"{action} without its annotation and task", "annotation")
+        if not str(task.get("id")).isdigit():
+            raise ApiError(422, "invalid", f"{action}: the task has no numeric id", "task.id")
         project = body.get("project")
         project = project.get("id") if isinstance(project, Mapping) else None
         pid = our_project(annotation.get("project", task.get("project", project)), self.projects,
