@@ -299,7 +299,8 @@ def apply_labels_task(path: str, repo: str, bounds: dict[str, Any], db_url: str 
     if out.status == "applied" and out.new_heads:
         with engine.begin() as conn:
             payload = {"label_set_names": sorted(out.new_heads), "update_id": out.update_id,
-                       "new_heads": out.new_heads, "data_version_id": dv}
+                       "new_heads": out.new_heads, "n_rows": out.n_rows, "n_appended": out.n_appended,
+                       "data_version_id": dv}
             change = provenance.record_change(conn, "labels", str(out.update_id), payload, dv)
         result["event_id"] = events.emit(change) if emit else None
     elif out.status == "rejected":

@@ -9,9 +9,7 @@ lose and duplicate nothing; a batch from another domain raises the drift figure 
 
 from __future__ import annotations
 
-import contextvars
 import socket
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from sqlalchemy import text
 
 from checkworthy.cli.main import main
@@ -38,6 +35,7 @@ from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.claims import COOKING, clef
 from checkworthy.testing.events import event_stored
+from checkworthy.testing.loopback import LoopbackServer
 
 TAG = "t14-api"
 MODEL = "classifier:minilm-lr"
@@ -78,28 +76,11 @@ class World:
                 api_keys.create_key(conn, f"{TAG}-auditor", "auditor"))
 
 
-class Server:
+class Server(LoopbackServer):
     """``create_app`` under a real uvicorn server on a free loopback port, in a thread."""
 
     def __init__(self, engine, selection: Selection) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        app = create_app(engine, selection, load_params(PARAMS_FILE), LIMITS)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        # the thread runs in a copy of this context: Prefect's settings (the test harness) included
-        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self.server.run,), daemon=True)
-        self.thread.start()
-        for _ in range(200):
-            if self.server.started:
-                break
-            time.sleep(0.05)
-        assert self.server.started
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(create_app(engine, selection, load_params(PARAMS_FILE), LIMITS))
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from checkworthy.cli import (
     demonstrations,
     evaluate,
     explain,
+    label_studio,
     labels,
     models,
     predict,
@@ -32,8 +33,8 @@ DESCRIPTION = ("Spot check-worthy claims with a cheap model calibrated on your l
                "label, adapt; the paper's reproduction is `checkworthy run` (README.md).")
 #: one module a command (or a pair: serve and keys, score and train-classifier, adapt and models),
 #: each registering its own; --help lists them in this order
-COMMANDS = (run, labels, review, calibrate, predict, evaluate, compare, report, explain, serve, score, models,
-            demonstrations)
+COMMANDS = (run, labels, review, label_studio, calibrate, predict, evaluate, compare, report, explain, serve,
+            score, models, demonstrations)
 
 
 class OneLineErrors(argparse.ArgumentParser):

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from checkworthy.cli.checks import positive_int
 from checkworthy.config import PARAMS_FILE, load_params
@@ -34,6 +34,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    add_selection_arguments(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    p.add_argument("--port", type=positive_int, default=8000, help="default 8000")
+    p.add_argument("--max-batch", type=positive_int, default=100, help="texts per request (default 100)")
+    p.add_argument("--max-chars", type=positive_int, default=2000,
+                   help="characters per text (default 2000)")
+    p.add_argument("--wait", action="store_true",
+                   help="start even before the lineage has a run (a service started with the stack): "
+                        "/health/ready answers 503 until one exists")
+
+
+def add_selection_arguments(p: argparse.ArgumentParser) -> None:
+    """Which run answers: ``serve``'s and ``label-studio-backend``'s options."""
     p.add_argument("--lineage",
                    help="the label-set lineage whose newest complete run answers (a wrong name lists the "
                         "calibrated ones; default: the only lineage with a run to serve, else the one "
@@ -48,14 +61,6 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", help="only runs with this interval (default: any)")
     p.add_argument("--any-model", action="store_true",
                    help="serve the lineage's newest run whatever its model, score kind and k")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=positive_int, default=8000, help="default 8000")
-    p.add_argument("--max-batch", type=positive_int, default=100, help="texts per request (default 100)")
-    p.add_argument("--max-chars", type=positive_int, default=2000,
-                   help="characters per text (default 2000)")
-    p.add_argument("--wait", action="store_true",
-                   help="start even before the lineage has a run (a service started with the stack): "
-                        "/health/ready answers 503 until one exists")
 
 
 def add_keys_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,7 +100,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port_problem(host: str, port: int) -> str | None:
+def port_problem(host: str, port: int) -> str | None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         try:
             s.bind((host, port))
@@ -110,21 +115,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from checkworthy.serve.app import Limits, create_app
     from checkworthy.serve.served import NotReady
-    from checkworthy.store.engine import get_engine
-    from checkworthy.store.served_runs import calibrated_lineages
 
-    problem = _port_problem(args.host, args.port)
-    if problem:
-        raise UsageError(problem)
-    params = load_params(args.params)
-    eng = get_engine()
-    with eng.connect() as conn:
-        known = calibrated_lineages(conn)
-        lineage = args.lineage or _default_lineage(conn, args, params, known)
-        params, selection = _selection(conn, args, params, lineage)
-    if lineage not in known and not args.wait:
-        raise UsageError(f"--lineage {lineage!r}: no calibrated lineage of that name "
-                         f"(calibrated: {', '.join(known) or 'none'})")
+    eng, params, selection = served_selection(args, args.wait)
     app = create_app(eng, selection, params, Limits(max_chars=args.max_chars, max_batch=args.max_batch))
     try:
         p = app.state.current.get().provenance
@@ -139,6 +131,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
+
+
+def served_selection(args: argparse.Namespace, wait: bool = False
+                     ) -> tuple[Engine, Mapping[str, Any], Selection]:
+    """The store, the params to load models with and the runs to serve for ``args`` (the options
+    of :func:`add_selection_arguments`, ``--host``, ``--port``, ``--params``); refused in one line
+    when the port is taken or the lineage unknown (unless ``wait``)."""
+    from checkworthy.store.engine import get_engine
+    from checkworthy.store.served_runs import calibrated_lineages
+
+    problem = port_problem(args.host, args.port)
+    if problem:
+        raise UsageError(problem)
+    params = load_params(args.params)
+    eng = get_engine()
+    with eng.connect() as conn:
+        known = calibrated_lineages(conn)
+        lineage = args.lineage or _default_lineage(conn, args, params, known)
+        params, selection = _selection(conn, args, params, lineage)
+    if lineage not in known and not wait:
+        raise UsageError(f"--lineage {lineage!r}: no calibrated lineage of that name "
+                         f"(calibrated: {', '.join(known) or 'none'})")
+    return eng, params, selection
 
 
 def _selection(conn: Connection, args: argparse.Namespace, params: Mapping[str, Any], lineage: str

@@ -6,10 +6,10 @@ configuration :data:`LABEL_CONFIG` (a ``Text`` named ``text`` and single ``Choic
 person; theta, the priority and the reason travel in ``data`` for sorting in the Data Manager.
 
 Answers are read from Label Studio's JSON export (tasks with ``annotations``), its JSON-MIN export
-(one flat object per task, the choice under ``checkworthy``), or a CSV (``id,dataset,label``,
-other columns ignored, ``label`` 0/1 or Yes/No). An unanswered task or row is skipped; a task
-whose annotations disagree, an unknown choice or a task without its claim is refused, naming the
-file, the task (row) and the field.
+(one flat object per task, the choice under ``checkworthy``), a CSV (``id,dataset,label``, other
+columns ignored, ``label`` 0/1 or Yes/No), or one annotation a webhook delivers. An unanswered
+task or row is skipped; a task whose annotations disagree, an unknown choice or a task without its
+claim is refused, naming the file, the task (row) and the field.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ CLAIM_FIELDS = ("source_id", "dataset")
 
 @dataclass(frozen=True)
 class Answer:
-    """A person's label for a claim, with who gave it."""
+    """A person's label for a claim, with who gave it; ``row``: its task or line in the file (None
+    for an annotation a webhook delivered)."""
 
-    row: int
+    row: int | None
     id: str
     dataset: str
     label: int
@@ -58,14 +59,14 @@ def tasks(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                       "reason": e["reason"]}} for e in entries]
 
 
-def _label(path: Path, row: int, field: str, value: Any) -> int:
+def _label(path: str | Path, row: int | None, field: str, value: Any) -> int:
     key = str(value).strip().lower()
     if key not in CHOICES:
         raise DataError(path, row, field, f"must be Yes or No (or 1/0), got {value!r}")
     return CHOICES[key]
 
 
-def _claim(path: Path, row: int, fields: Mapping[str, Any], where: str) -> tuple[str, str]:
+def _claim(path: str | Path, row: int | None, fields: Mapping[str, Any], where: str) -> tuple[str, str]:
     out = []
     for name in CLAIM_FIELDS:
         value = fields.get(name)
@@ -83,7 +84,7 @@ def _who(annotation: Mapping[str, Any]) -> str:
     return f"label-studio:{by}" if by not in (None, "") else "label-studio"
 
 
-def _from_task(path: Path, row: int, task: Mapping[str, Any]) -> Answer | None:
+def _from_task(path: str | Path, row: int | None, task: Mapping[str, Any]) -> Answer | None:
     """A full-export task's answer: its non-cancelled annotations' single choice (they must agree)."""
     data = task.get("data")
     if not isinstance(data, Mapping):
@@ -111,6 +112,13 @@ def _from_task(path: Path, row: int, task: Mapping[str, Any]) -> Answer | None:
     (label, who), = labels.items()
     sid, dataset = _claim(path, row, data, "data.")
     return Answer(row, sid, dataset, label, who)
+
+
+def annotation_answer(task: Mapping[str, Any], annotation: Mapping[str, Any], where: str) -> Answer | None:
+    """The answer one annotation gives its task (what a webhook's ``ANNOTATION_CREATED`` or
+    ``ANNOTATION_UPDATED`` carries): None when it is cancelled or holds no choice; a bad choice or
+    a task without its claim raises :class:`DataError` naming ``where`` and the field."""
+    return _from_task(where, None, {"data": task.get("data"), "annotations": [annotation]})
 
 
 def _from_min(path: Path, row: int, item: Mapping[str, Any]) -> Answer | None:

@@ -1,7 +1,8 @@
 """The review queue's two ends: a finished calibration queues the claims its decide-or-review rule
 sends to a person; ``checkworthy review export`` writes the top of the open queue as Label Studio
-tasks or CSV, and ``checkworthy review import`` turns the answers into a label file that goes
-through ``labels add`` (which closes the entries it answers).
+tasks or CSV, and ``checkworthy review import`` (or Label Studio's webhook, through the ML
+backend) turns the answers into a label file that goes through ``labels add`` (which closes the
+entries it answers).
 """
 
 from __future__ import annotations
@@ -97,8 +98,14 @@ def answers_as_label_file(path: Path, out: Path) -> list[label_studio.Answer]:
     as a label file at ``out`` (line ``i + 2`` holds answer ``i``); return the answers. Bad answers
     raise :class:`~checkworthy.errors.DataError` naming the file, task or line, and field."""
     answers = label_studio.read_answers(path)
+    write_label_file(answers, out)
+    return answers
+
+
+def write_label_file(answers: Sequence[label_studio.Answer], out: Path) -> None:
+    """The answers as a label file for ``labels add`` (``id,dataset,label,source``, in order): the
+    same answers give the same bytes, so the same update."""
     with out.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow((*REQUIRED, "source"))
         w.writerows((a.id, a.dataset, a.label, a.source) for a in answers)
-    return answers

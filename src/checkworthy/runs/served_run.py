@@ -206,6 +206,17 @@ class ServedRun:
         theta_in = self.fitted.scores(c, emb)
         return apply_run(spec, self.pool, self.fitted, nb, c, theta_in, self.threshold)
 
+    def calibrate_stored(self, claim_ids: Sequence[int]) -> tuple[nnppi.NNPPIResult, Neighbours] | None:
+        """:meth:`calibrate` for stored claims (Label Studio's tasks): their vectors and scores are
+        stored first where missing (content-addressed, as for a submission); nothing else is written."""
+        with self.engine.begin() as conn:
+            hashes = store.claim_text_hashes(conn, claim_ids)
+            ensure_embeddings(conn, hashes)
+        with self._score_lock:
+            score_missing(self.engine, self.scorer, hashes, self.prompt)
+        with self.engine.connect() as conn:
+            return self.calibrate(conn, claim_ids)
+
     def submit(self, texts: Sequence[str], key_id: int, endpoint: str) -> Submission:
         """Store, score, embed and calibrate ``texts`` (already validated); see the module."""
         hashes = [store.sha256_text(t) for t in texts]

@@ -89,21 +89,9 @@ def sentence_out(r: Any) -> SentenceOut:
                                    for n in r.neighbours])
 
 
-def create_app(engine: Engine, selection: Selection, params: Mapping[str, Any], limits: Limits = Limits(),
-               ) -> FastAPI:
-    """The API over the runs ``selection`` names (:class:`CurrentRun`), on ``engine``'s store."""
-    app = FastAPI(title="checkworthy", version="1",
-                  description="Calibrated check-worthiness decisions (NN-PPI over a stored calibration run).")
-    current = CurrentRun(engine, selection, params)
-    metrics = ApiMetrics(app)
-    app.state.current, app.state.metrics = current, metrics
-
-    @app.middleware("http")
-    async def body_limit(request: Request, call_next: Callable) -> Any:
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > limits.max_body):
-            return error_response(413, "too_large", f"request body over {limits.max_body} bytes", "body")
-        return await call_next(request)
+def json_errors(app: FastAPI) -> None:
+    """Every refusal of ``app`` as one JSON object ``{"error": {"code", "message", "field"}}``:
+    an :class:`ApiError`, no run to serve (503), invalid input (422), any other HTTP error."""
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -123,6 +111,25 @@ def create_app(engine: Engine, selection: Selection, params: Mapping[str, Any], 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
         return error_response(exc.status_code, "http", str(exc.detail))
+
+
+def create_app(engine: Engine, selection: Selection, params: Mapping[str, Any], limits: Limits = Limits(),
+               ) -> FastAPI:
+    """The API over the runs ``selection`` names (:class:`CurrentRun`), on ``engine``'s store."""
+    app = FastAPI(title="checkworthy", version="1",
+                  description="Calibrated check-worthiness decisions (NN-PPI over a stored calibration run).")
+    current = CurrentRun(engine, selection, params)
+    metrics = ApiMetrics(app)
+    app.state.current, app.state.metrics = current, metrics
+
+    @app.middleware("http")
+    async def body_limit(request: Request, call_next: Callable) -> Any:
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > limits.max_body):
+            return error_response(413, "too_large", f"request body over {limits.max_body} bytes", "body")
+        return await call_next(request)
+
+    json_errors(app)
 
     def key_with(*roles: str) -> Callable[..., ApiKey]:
         def check(secret: Annotated[str | None, Security(KEY_HEADER)]) -> ApiKey:
