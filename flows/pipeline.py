@@ -4,7 +4,8 @@ Flows (each is also a deployment, see ``flows/deploy.py`` and ``prefect.yaml``):
 
 - ``checkworthy-pipeline``  the main job (``checkworthy run``): version the data (DVC), prepare
   the datasets, validate every calibration label set (Great Expectations), embed, score with
-  each configured model, calibrate (incrementally where a previous run exists), evaluate.
+  each configured model and calibrate (incrementally where a previous run exists), the paper's
+  pass first with its table shown, evaluate.
 - ``label-update``          apply new label files (``data/labels/*.csv`` or ``checkworthy labels
   add FILE``): DVC version, validation gate, append-only labels, new label-set versions, then
   the Prefect event ``checkworthy.labels.updated``.
@@ -38,7 +39,15 @@ from typing import Any
 from prefect import flow, unmapped
 from pydantic import BaseModel, ConfigDict
 
-from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, ROOT, labelled_sizes, load_params, model_name
+from checkworthy.config import (
+    GUIDELINES_FILE,
+    PARAMS_FILE,
+    REPORTS_DIR,
+    ROOT,
+    labelled_sizes,
+    load_params,
+    model_name,
+)
 from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
     TaskContext,
@@ -52,6 +61,7 @@ from checkworthy.flows.tasks import (
     embed_chunk_task,
     embed_task,
     evaluate_task,
+    first_table_task,
     guidelines_task,
     ingest_task,
     lineage_names_task,
@@ -71,22 +81,32 @@ from checkworthy.flows.tasks import (
     validate_task,
     version_data_task,
 )
+from checkworthy.runs.main_job import later_of_its_spec
 
 
-def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
-                   dv: int | None, db_url: str | None, guidelines: str | None,
-                   echo: bool = False) -> list[dict[str, Any]]:
-    """Embed and score the lineages' claims with every configured model, then calibrate every target."""
-    ids = sorted({i for lin in lineages for i in lin["calibration_ids"]}
-                 | {i for lin in lineages for t in lin["targets"].values() for i in t})
-    if not ids:
-        return []
+def _claim_ids(lineages: list[dict[str, Any]]) -> list[int]:
+    """Every claim the lineages calibrate with or calibrate: their labelled sets and targets."""
+    return sorted({i for lin in lineages for i in lin["calibration_ids"]}
+                  | {i for lin in lineages for t in lin["targets"].values() for i in t})
+
+
+def _score(ids: list[int], models: list[str], params: dict[str, Any], db_url: str | None,
+           guidelines: str | None, echo: bool = False) -> list[dict[str, Any]]:
+    """Embed and score the claims with the named ``models:`` entries; return their score keys. In
+    this process each entry is scored in the forward passes of an earlier entry of its spec where
+    it can be (:func:`later_of_its_spec`): the later ones then find their scores stored."""
     if dask_address(params):
-        keys = fan_out(ids, params, db_url, guidelines)
-    else:
-        say(f"embedded {embed_task(ids, db_url)} new texts", echo)
-        keys = [key for model in params["models"]
-                for key in score_task(model_name(model), ids, params, db_url, guidelines, echo)]
+        return fan_out(ids, params, db_url, guidelines, models)
+    say(f"embedded {embed_task(ids, db_url)} new texts", echo)
+    return [key for model in models
+            for key in score_task(model, ids, params, db_url, guidelines, echo,
+                                  later_of_its_spec(params, model))]
+
+
+def _calibrate(lineages: list[dict[str, Any]], verdicts: dict[str, dict], keys: list[dict[str, Any]],
+               params: dict[str, Any], dv: int | None, db_url: str | None) -> list[dict[str, Any]]:
+    """Calibrate every target of every lineage whose labels passed validation, under each score key
+    and each k."""
     runs = []
     for lin in lineages:
         verdict = verdicts[lin["lineage"]]
@@ -98,6 +118,16 @@ def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], pa
                     spec = run_spec(target, claim_ids, lin["label_set_id"], key, k, params)
                     runs.append(calibrate_task(spec, TaskContext(db_url, dv, verdict["validation_run_id"])))
     return runs
+
+
+def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
+                   dv: int | None, db_url: str | None, guidelines: str | None) -> list[dict[str, Any]]:
+    """Embed and score the lineages' claims with every configured model, then calibrate every target."""
+    ids = _claim_ids(lineages)
+    if not ids:
+        return []
+    keys = _score(ids, [model_name(m) for m in params["models"]], params, db_url, guidelines)
+    return _calibrate(lineages, verdicts, keys, params, dv, db_url)
 
 
 @flow(name="score-and-embed", log_prints=True)
@@ -117,12 +147,14 @@ def score_and_embed_flow(claim_ids: list[int], models: list[str], params: dict[s
 
 
 def fan_out(claim_ids: list[int], params: dict[str, Any], db_url: str | None = None,
-            guidelines: str | None = None) -> list[dict[str, Any]]:
-    """:func:`score_and_embed_flow` for every configured model, on the task runner params ask for."""
+            guidelines: str | None = None, models: list[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`score_and_embed_flow` for the named ``models:`` entries (default: every configured
+    one), on the task runner params ask for."""
     if dask_address(params):
         share_api_with_workers()
     run = score_and_embed_flow.with_options(task_runner=task_runner(params))
-    return run(claim_ids, [model_name(m) for m in params["models"]], params, db_url, guidelines)
+    names = [model_name(m) for m in params["models"]] if models is None else models
+    return run(claim_ids, names, params, db_url, guidelines)
 
 
 class ReportOptions(BaseModel):
@@ -143,14 +175,23 @@ class ReportOptions(BaseModel):
             return f"{self.prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
         return self.name
 
+    def table_path(self) -> str | None:
+        """Where the first table is written (``<name>.first-table.txt`` beside the report's folder,
+        which the report replaces whole), when the report is named exactly; none for a scheduled
+        report (named when it is written) or none at all."""
+        if not self.name:
+            return None
+        return str(Path(self.folder or REPORTS_DIR) / f"{self.name}.first-table.txt")
+
 
 @flow(name="checkworthy-pipeline", log_prints=True)
 def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None, repo: str = str(ROOT),
                   commit_data: bool = True, limit: int | None = None, echo: bool = False,
                   report: ReportOptions | None = None) -> dict[str, Any]:
-    """The main job: data version -> datasets -> validation -> embed -> score -> calibrate -> compare
-    -> evaluate; the last task writes the report (:class:`ReportOptions`) with the flow run's
-    artifacts.
+    """The main job: data version -> datasets -> validation -> embed -> score and calibrate the first
+    ``models:`` entry (the paper's pass), its table shown -> score and calibrate the others ->
+    compare -> evaluate; the last task writes the report (:class:`ReportOptions`) with the flow
+    run's artifacts.
 
     ``commit_data`` snapshots data/ first (``dvc add`` + ``dvc push``; a no-op when unchanged), so
     the recorded hash is the data actually used. ``echo`` also prints progress to stdout
@@ -174,7 +215,16 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
     lineages = [{"lineage": p["lineage"], "label_set_id": p["label_set_id"],
                  "calibration_ids": p["calibration_ids"], "targets": {p["target"]: p["test_ids"]}}
                 for p in prepared]
-    runs = _calibrate_all(lineages, verdicts, params, dv, db_url, None, echo)
+    # the first entry (the paper's pass) is scored and calibrated first and its table shown, before
+    # the ablation and the other models are
+    ids, (first, *others) = _claim_ids(lineages), [model_name(m) for m in params["models"]]
+    keys = _score(ids, [first], params, db_url, None, echo)
+    runs = _calibrate(lineages, verdicts, keys, params, dv, db_url)
+    first_table_task([r["run_id"] for r in runs], db_url, report.table_path(), echo)
+    keys = _score(ids, others, params, db_url, None, echo)
+    runs += _calibrate(lineages, verdicts, keys, params, dv, db_url)
+    targets = [p["target"] for p in prepared]
+    runs.sort(key=lambda r: targets.index(r["target"]))  # each target's runs in models: order
     run_ids = [r["run_id"] for r in runs]
     if params.get("compare"):
         say(f"compared the methods on {len(compare_task(run_ids, db_url))} runs", echo)

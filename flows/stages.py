@@ -40,6 +40,7 @@ from checkworthy.flows.tasks import (
     version_data_task,
     write_json,
 )
+from checkworthy.runs.main_job import later_of_its_spec
 
 STAGES = ("validate", "embed", "score", "calibrate", "evaluate")
 METRICS = ROOT / "metrics"
@@ -75,7 +76,9 @@ def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | No
         out = {"n_claims": len(ids), "n_embedded_now": embed_task(ids, db_url)}
         write_json(METRICS / "embed.json", out)
     elif stage == "score":
-        keys = [k for m in params["models"] for k in score_task(model_name(m), ids, params, db_url)]
+        names = [model_name(m) for m in params["models"]]
+        keys = [k for m in names
+                for k in score_task(m, ids, params, db_url, alongside=later_of_its_spec(params, m))]
         out = {"n_claims": len(ids), "keys": keys}
         write_json(METRICS / "scores.json", out)
     else:  # calibrate

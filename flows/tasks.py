@@ -18,10 +18,12 @@ from sqlalchemy import Engine
 from checkworthy.config import REPORTS_DIR, ROOT, model_name
 from checkworthy.data import validation, versioning
 from checkworthy.data.label_files import in_label_folder, set_aside
+from checkworthy.data.outputs import atomic_text
 from checkworthy.errors import DataError
 from checkworthy.flows import events
 from checkworthy.flows.retries import DB, DVC, MODEL
 from checkworthy.report.artifact import publish_drift
+from checkworthy.report.console import console_table, table_rows
 from checkworthy.report.drift import drift_line
 from checkworthy.report.files import save_report
 from checkworthy.runs import adapt, recalibration
@@ -34,6 +36,7 @@ from checkworthy.runs.main_job import (
     embed_texts,
     prepare_dataset,
     score_claims,
+    sharing_passes,
     text_chunks,
     worker_scorer,
 )
@@ -130,11 +133,16 @@ def embed_task(claim_ids: list[int], db_url: str | None) -> int:
 
 @task(name="score", **MODEL)
 def score_task(model: str, claim_ids: list[int], params: dict[str, Any], db_url: str | None,
-               guidelines: str | None = None, echo: bool = False) -> list[dict[str, Any]]:
+               guidelines: str | None = None, echo: bool = False,
+               alongside: list[str] | None = None) -> list[dict[str, Any]]:
     """Score the claims lacking a score under this model (the name of a ``models:`` entry of
-    params) and prompt; return the score keys."""
-    scorer, prompt = configured_scorer(params, model, **({"guidelines": guidelines} if guidelines else {}))
-    keys = score_claims(engine_for(db_url), scorer, claim_ids, prompt,
+    params) and prompt; return the score keys. The entries ``alongside`` that differ from it only
+    in sampling are scored in the same forward passes (their keys are not returned: their own
+    score task finds their scores stored)."""
+    extra = {"guidelines": guidelines} if guidelines else {}
+    scorer, prompt = configured_scorer(params, model, **extra)
+    others = sharing_passes(scorer, [configured_scorer(params, m, **extra)[0] for m in alongside or ()])
+    keys = score_claims(engine_for(db_url), [scorer, *others], claim_ids, prompt,
                         chunk_size=model_options(params, model).get("chunk_size", 96),
                         echo=lambda m: say(m, echo),
                         flow_run_id=events.current_flow_run_id())
@@ -236,6 +244,22 @@ def unscored_task(lineage: str, label_set_id: int, models: list[dict[str, Any]],
     with engine_for(db_url).connect() as conn:
         missing = recalibration.unscored_in_force(conn, lineage, label_set_id)
     return {model_name(m): missing[m["spec"]] for m in models if m["spec"] in missing}
+
+
+@task(name="first-table", **DB)
+def first_table_task(run_ids: list[int], db_url: str | None, path: str | None = None,
+                     echo: bool = False) -> str:
+    """The table of the first runs (the first ``models:`` entry: the paper's pass) beside the
+    paper's figures, shown as soon as they are calibrated, while the other passes still run, and
+    written to ``path``; the whole table and the report follow at the end."""
+    with engine_for(db_url).connect() as conn:
+        table = console_table(table_rows(conn, run_ids))
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_text(Path(path)) as fh:
+            fh.write(table + "\n")
+    say(f"first table (the other models follow{f'; written to {path}' if path else ''}):\n{table}\n", echo)
+    return table
 
 
 @task(name="compare-methods", **DB)

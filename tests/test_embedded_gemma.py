@@ -100,6 +100,22 @@ def test_a_claims_scores_do_not_depend_on_its_batch(
         assert together["token_prob"].score == pytest.approx(single["token_prob"].score, abs=1e-5)
 
 
+def test_scoring_alongside_gives_each_scorer_exactly_its_own_scores(
+    scorer: EmbeddedGemmaScorer, results: list[dict[str, Score]]
+) -> None:
+    """The paper's pass and the ablation's in one forward pass per batch: each gets what it gets alone."""
+    ablation = scorer.variant(sampling=ABLATION_T01, seed=3)
+    assert scorer.shares_passes(ablation)
+    assert not scorer.shares_passes(scorer.variant(batch_size=4))  # other batches: other rounding
+    assert not scorer.shares_passes(scorer.variant(token_prob_only=True))
+    ours, theirs = scorer.score_alongside(CLAIMS, [ablation])
+    assert ours == results
+    assert theirs == ablation.score(CLAIMS)
+    assert [r["verbalised"].raw for r in ours] != [r["verbalised"].raw for r in theirs]
+    with pytest.raises(ValueError, match="sampling only"):
+        scorer.score_alongside(CLAIMS, [scorer.variant(max_claim_tokens=8)])
+
+
 def test_token_prob_only_mode_matches_and_skips_decoding(
     scorer: EmbeddedGemmaScorer, results: list[dict[str, Score]]
 ) -> None:

@@ -40,6 +40,16 @@ def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, 
     assert "glued" in out.lower() or "split" in out.lower()  # the CLEF defect report was shown
     report = (first_run / "smoke" / "report.md").read_text()
     assert "## claimbuster" in report and "## clef2024" in report
+    # the paper's pass comes first: its table is shown (and written) before the other models are
+    # scored; the ablation's T = 0.1 answers were sampled in the paper's forward passes
+    first, rest = out.split("first table", 1)
+    assert "embedded:gemma3-270m (T=0.1): " in first and "classifier:" not in first
+    table = rest.split("\n\n", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith(("claimbuster", "clef2024"))]
+    assert len(rows) == 2 * 2 * 3 and all("embedded:gemma3-270m /" in r and "T=0.8" in r for r in rows)
+    assert (first_run / "smoke.first-table.txt").read_text().splitlines()[2:] == rows
+    assert "embedded:gemma3-270m: 0 texts scored now" in rest  # the ablation's own pass: all stored
+    assert "classifier:minilm-lr: " in rest
     with engine.connect() as conn:
         runs = conn.execute(text(
             "SELECT target, score_kind, k, status FROM calibration_runs r JOIN label_sets l "
@@ -49,6 +59,12 @@ def test_main_job_prints_table_and_stores_everything(first_run, engine, capsys, 
             for kind in ("verbalised", "token_prob", "paper_c", "p_positive")  # Gemma, classifier
             for k in (3, 5, 10)}
         assert {r.status for r in runs} == {"complete"}
+        first_pass = conn.execute(text(
+            "SELECT r.id, r.params_hash = (SELECT params_hash FROM predictions p JOIN models m ON m.id = p.model_id "
+            "  WHERE m.spec = 'embedded:gemma3-270m' AND p.params->>'temperature' = '0.8' LIMIT 1) AS paper "
+            "FROM calibration_runs r JOIN label_sets l ON l.id = r.label_set_id WHERE l.name LIKE '%limit=16' "
+            "ORDER BY r.id")).all()
+        assert [r.paper for r in first_pass] == [True] * 12 + [False] * (len(first_pass) - 12)  # calibrated first
         preds = conn.execute(text(
             "SELECT parse_status, count(*) FROM predictions p JOIN models m ON m.id = p.model_id "
             "WHERE m.spec = 'embedded:gemma3-270m' GROUP BY 1")).all()

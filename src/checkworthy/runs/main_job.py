@@ -16,11 +16,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from checkworthy.config import model_name
 from checkworthy.data.datasets import Claim, LoadReport, build_splits, load_dataset
 from checkworthy.runs.label_updates import store_file_claims
-from checkworthy.runs.scoring import score_missing
+from checkworthy.runs.scoring import score_missing_alongside
 from checkworthy.scorers.base import Scorer
-from checkworthy.scorers.registry import PromptInfo, configured_scorer
+from checkworthy.scorers.registry import PromptInfo, configured_scorer, model_entry
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
 
@@ -96,21 +97,48 @@ def embed_claims(engine: Engine, claim_ids: Sequence[int]) -> int:
 
 
 def score_claims(
-    engine: Engine, scorer: Scorer, claim_ids: Sequence[int], prompt: tuple[str, str, str],
+    engine: Engine, scorers: Sequence[Scorer], claim_ids: Sequence[int], prompt: tuple[str, str, str],
     chunk_size: int = 96, echo: Echo = print, flow_run_id: str | None = None,
 ) -> dict[str, store.ScoreKey]:
-    """Score the claims' texts that lack a score under this scorer; show progress."""
+    """Score the claims' texts that lack a score under the first scorer; show progress. The others
+    (those that share its forward passes: :func:`sharing_passes`) are scored in the same passes,
+    their scores stored under their own keys; the keys returned are the first scorer's."""
+    scorer, *alongside = scorers
     with engine.connect() as conn:
         hashes = store.claim_text_hashes(conn, claim_ids)
     t0 = time.monotonic()
+    names = " and ".join([scorer.spec, *(f"{s.spec} ({_sampling(s)})" for s in alongside)])
 
     def progress(done: int, total: int) -> None:
         rate = done / max(time.monotonic() - t0, 1e-9)
-        echo(f"  scored {done}/{total} texts with {scorer.spec} ({rate:.1f}/s, "
+        echo(f"  scored {done}/{total} texts with {names} ({rate:.1f}/s, "
              f"~{(total - done) / max(rate, 1e-9) / 60:.1f} min left)")
 
-    n_new, n_old, keys = score_missing(engine, scorer, hashes, prompt,
-                                       chunk_size=chunk_size, flow_run_id=flow_run_id,
-                                       progress=progress)
-    echo(f"  {scorer.spec}: {n_new} texts scored now, {n_old} reused from the store")
-    return keys
+    passes = score_missing_alongside(engine, scorers, hashes, prompt, chunk_size=chunk_size,
+                                     flow_run_id=flow_run_id, progress=progress)
+    for s, (n_new, n_old, _) in zip(scorers, passes, strict=True):
+        echo(f"  {s.spec}{f' ({_sampling(s)})' if s is not scorer else ''}: {n_new} texts scored now, "
+             f"{n_old} reused from the store")
+    return passes[0][2]
+
+
+def sharing_passes(scorer: Scorer, others: Sequence[Scorer]) -> list[Scorer]:
+    """The ``others`` that ``scorer`` can score in its own forward passes (they differ from it only
+    in how they sample: the paper's temperature and the ablation's)."""
+    shares = getattr(scorer, "shares_passes", None)
+    return [o for o in others if shares is not None and shares(o)]
+
+
+def later_of_its_spec(params: Mapping[str, Any], name: str) -> list[str]:
+    """The names of the ``models:`` entries after ``name`` that have its spec: those its scorer may
+    score in its own forward passes (:func:`sharing_passes` decides), so that their own pass, later,
+    finds their scores stored."""
+    names = [model_name(m) for m in params["models"]]
+    spec = model_entry(params, name)["spec"]
+    after = names[names.index(name) + 1:] if name in names else []
+    return [n for n in after if model_entry(params, n)["spec"] == spec]
+
+
+def _sampling(scorer: Scorer) -> str:
+    params = scorer.params()
+    return f"T={params['temperature']}" if "temperature" in params else "its own options"

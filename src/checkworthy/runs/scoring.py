@@ -3,12 +3,15 @@
 Scores are committed chunk by chunk: if the model runtime dies mid-way, the finished
 chunks are kept and a rerun scores only the rest. A text is never scored twice for the
 same model, prompt version and parameters (the store's unique key). An ensemble's members are
-scored (or found) first, each under its own key, and the ensemble's score joins theirs.
+scored (or found) first, each under its own key, and the ensemble's score joins theirs. Scorers that
+differ only in how they sample (the paper's temperature and the ablation's) are scored together,
+each forward pass run once for all (:func:`score_missing_alongside`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -66,6 +69,54 @@ def score_missing(
     keys = {kind: store.ScoreKey(model_id, prompt_version, store.params_hash(params), kind)
             for kind in scorer.score_kinds}
     return total, len(set(text_hashes)) - total, keys
+
+
+def score_missing_alongside(
+    engine: Engine,
+    scorers: Sequence[Any],
+    text_hashes: Sequence[str],
+    prompt: PromptInfo = NO_PROMPT,
+    chunk_size: int = 64,
+    flow_run_id: str | None = None,
+    progress: Progress | None = None,
+) -> list[tuple[int, int, dict[str, store.ScoreKey]]]:
+    """:func:`score_missing` for several scorers whose first one runs the forward passes of all
+    (``scorers[0].score_alongside``; each other ``shares_passes`` with it): the texts none of them
+    has scored are scored once for all, in the chunks the first alone would use, so each stores
+    exactly the scores it would store alone; what only some of them lack is scored by each alone.
+
+    Returns what :func:`score_missing` returns, one per scorer.
+    """
+    lead, others = scorers[0], list(scorers[1:])
+    if not others:
+        return [score_missing(engine, lead, text_hashes, prompt, chunk_size, flow_run_id, progress)]
+    prompt_version, prompt_guidelines, prompt_template = prompt
+    todos, model_ids = [], []
+    with engine.begin() as conn:
+        if prompt_version != "none":
+            store.ensure_prompt_version(conn, prompt_version, prompt_guidelines, prompt_template)
+        for scorer in scorers:
+            params = scorer.params()
+            model_ids.append(store.ensure_model(conn, scorer.spec, scorer.spec.split(":", 1)[0], params))
+            todos.append(store.unscored_texts(conn, text_hashes, model_ids[-1], prompt_version,
+                                              store.params_hash(params), scorer.score_kinds))
+    missing_in_others = set.intersection(*(set(t) for t in todos[1:]))
+    common = [pair for pair in todos[0] if pair in missing_in_others]
+    for start in range(0, len(common), chunk_size):
+        chunk = common[start : start + chunk_size]
+        outputs = lead.score_alongside([t for _, t in chunk], others)
+        with engine.begin() as conn:
+            for scorer, model_id, out in zip(scorers, model_ids, outputs, strict=True):
+                store.insert_predictions(conn, model_id, prompt_version, scorer.params(),
+                                         [(h, o) for (h, _), o in zip(chunk, out, strict=True)], flow_run_id)
+        if progress:
+            progress(start + len(chunk), len(todos[0]))
+    done = []
+    for scorer, todo in zip(scorers, todos, strict=True):
+        rest = score_missing(engine, scorer, text_hashes, prompt, chunk_size, flow_run_id,
+                             progress if scorer is lead else None)
+        done.append((len(todo), len(set(text_hashes)) - len(todo), rest[2]))
+    return done
 
 
 def stored_scores(engine: Engine, scorer: Scorer, texts: Sequence[str], kind: str,

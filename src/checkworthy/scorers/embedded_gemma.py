@@ -23,6 +23,11 @@ Why it is shaped like this:
 * Sampling draws from a per-claim ``torch.Generator`` seeded from (seed, claim text): a claim's
   score does not depend on which other claims share its batch. Rows that have finished are dropped
   from the batch at once.
+* Scorers that differ only in how they sample (the paper's T = 0.8 and the ablation's T = 0.1) need
+  the same forward passes: :meth:`EmbeddedGemmaScorer.score_alongside` runs each batch's once for
+  all of them, each sampling from its own copy of the batch's cache, so each gets exactly the
+  scores it gets alone. The forward pass on the suffix is ~85% of a claim's cost: the two passes
+  together cost ~60% of the two apart.
 
 The weights are the packaged GGUF de-quantised once (:mod:`checkworthy.scorers.gguf_weights`); the
 attention kernel is :mod:`checkworthy.scorers.prefix_attention`, switched on when the model loads.
@@ -128,6 +133,10 @@ class _KV:
     def append(self, pos: torch.Tensor, valid: torch.Tensor) -> None:
         self.pos, self.valid = torch.cat([self.pos, pos], dim=1), torch.cat([self.valid, valid], dim=1)
 
+    def copy(self) -> _KV:
+        """An independent copy: decoding appends to and selects from its own cache only."""
+        return _KV(copy.deepcopy(self.cache), self.pos.clone(), self.valid.clone())
+
     def select(self, rows: list[int]) -> None:
         index = torch.tensor(rows)
         self.cache.batch_select_indices(index)
@@ -198,19 +207,44 @@ class EmbeddedGemmaScorer:
 
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
         """Score texts (batched by suffix length; output order = input order)."""
+        return self.score_alongside(texts, [])[0]
+
+    def shares_passes(self, other: object) -> bool:
+        """Whether ``other`` scores every text by this scorer's forward passes, differing only in
+        how it samples the answer (sampling, seed, decode limits): the same model file, prompt and
+        batching, so :meth:`score_alongside` can run each batch's forward pass once for both."""
+        if not isinstance(other, EmbeddedGemmaScorer):
+            return False
+        decode_only = {"sampling", "seed", "max_new_tokens", "max_decimals"}
+        mine, theirs = (
+            {f.name: getattr(s.options, f.name) for f in dataclasses.fields(GemmaOptions)
+             if f.name not in decode_only} for s in (self, other))
+        return (mine == theirs and not self.options.token_prob_only and self._model_id == other._model_id
+                and self.prefix_ids == other.prefix_ids and self.prompt_version == other.prompt_version)
+
+    def score_alongside(self, texts: Sequence[str], others: Sequence[EmbeddedGemmaScorer]
+                        ) -> list[list[dict[str, Score]]]:
+        """The scores of this scorer and of each of ``others`` (which :meth:`shares_passes`), one
+        list per scorer: each batch's forward pass runs once, and each scorer samples its answers
+        from its own copy of the batch's cache, so each gets exactly what its own :meth:`score`
+        gives (the same batches, the same operations in the same shapes)."""
+        if not all(self.shares_passes(o) for o in others):
+            raise ValueError("score_alongside: the other scorers must differ from this one in sampling only")
         suffixes = [self.encode_suffix(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(suffixes[i][0]))
-        results: list[dict[str, Score] | None] = [None] * len(texts)
+        samplers = [self, *others]
+        results: list[list[dict[str, Score]]] = [[{} for _ in texts] for _ in samplers]
         report = self._progress_reporter(len(texts))
         with torch.inference_mode():
             for start in range(0, len(order), self.options.batch_size):
                 idx = order[start : start + self.options.batch_size]
-                batch = self._score_batch([texts[i] for i in idx], [suffixes[i] for i in idx])
-                for i, result in zip(idx, batch, strict=True):
-                    results[i] = result
+                batches = self._score_batch([texts[i] for i in idx], [suffixes[i] for i in idx], samplers)
+                for out, batch in zip(results, batches, strict=True):
+                    for i, result in zip(idx, batch, strict=True):
+                        out[i] = result
                 report(len(idx))
         report(0, close=True)
-        return [r for r in results if r is not None]
+        return results
 
     def variant(self, *, progress: bool | Progress | None = None, **changes: Any) -> EmbeddedGemmaScorer:
         """A scorer with other options (``changes``: :class:`GemmaOptions` fields) that shares this
@@ -326,8 +360,9 @@ class EmbeddedGemmaScorer:
     # ---- scoring ----------------------------------------------------------------------------
 
     def _score_batch(
-        self, texts: list[str], suffixes: list[tuple[list[int], bool]]
-    ) -> list[dict[str, Score]]:
+        self, texts: list[str], suffixes: list[tuple[list[int], bool]], samplers: list[EmbeddedGemmaScorer]
+    ) -> list[list[dict[str, Score]]]:
+        """One batch's scores for each sampler (this scorer first; the others share its passes)."""
         ids = [s for s, _ in suffixes]
         hidden, kv = self._first_pass(ids)
         # token_prob needs the full vocabulary only after the pre-fill (for P(0), P(1)); sampling
@@ -336,21 +371,23 @@ class EmbeddedGemmaScorer:
         first = self._head(hidden[:, 0]) if logits is None else logits[:, 0]
         digits = self._digit_logits(hidden[:, 2])
         n_prefix = len(self.prefix_ids)
-        out: list[dict[str, Score]] = []
-        for b, (suffix, truncated) in enumerate(suffixes):
-            usage = {"prompt_tokens": n_prefix + len(suffix), "truncated": truncated}
-            out.append({"token_prob": self._token_prob(first[b], digits[b], usage)})
+        token_prob = [self._token_prob(first[b], digits[b], {"prompt_tokens": n_prefix + len(suffix),
+                                                              "truncated": truncated})
+                      for b, (suffix, truncated) in enumerate(suffixes)]
+        outs: list[list[dict[str, Score]]] = [[{"token_prob": t} for t in token_prob] for _ in samplers]
         if logits is None:
-            return out
-        seeds = [claim_seed(self.options.seed, t) for t in texts]
-        rows = [_Row(torch.Generator().manual_seed(sd), len(s)) for sd, s in zip(seeds, ids, strict=True)]
-        self._decode(rows, logits, kv)
-        for row, result in zip(rows, out, strict=True):
-            raw = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-            value, status = parse_score(raw)
-            usage = {**result["token_prob"].usage, "completion_tokens": len(row.tokens)}
-            result["verbalised"] = Score(value, status, raw, usage)
-        return out
+            return outs
+        for n, (sampler, out) in enumerate(zip(samplers, outs, strict=True)):
+            seeds = [claim_seed(sampler.options.seed, t) for t in texts]
+            rows = [_Row(torch.Generator().manual_seed(sd), len(s)) for sd, s in zip(seeds, ids, strict=True)]
+            # every sampler but the last decodes on a copy: decoding appends to the cache
+            sampler._decode(rows, logits, kv if n == len(samplers) - 1 else kv.copy())
+            for row, result in zip(rows, out, strict=True):
+                raw = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+                value, status = parse_score(raw)
+                usage = {**result["token_prob"].usage, "completion_tokens": len(row.tokens)}
+                result["verbalised"] = Score(value, status, raw, usage)
+        return outs
 
     def _decode(self, rows: list[_Row], logits: torch.Tensor, kv: _KV) -> None:
         """Sample each row's answer; reuse the forced ``0.`` where the sample agrees with it."""
