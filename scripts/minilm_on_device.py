@@ -48,15 +48,16 @@ def pack(out: Path, teacher: str | None) -> list[Path]:
     import torch
     from safetensors.torch import load_file, save
 
+    from checkworthy.runs.scoring import teacher_probabilities
     from checkworthy.runs.train_classifier import TrainingData, leakage_free_set
-    from checkworthy.runs.train_lora import teacher_probabilities
     from checkworthy.scorers.classifier import ARTEFACT_ROOT, latest_version
     from checkworthy.scorers.lora_classifier import base_model_dir
+    from checkworthy.store.engine import get_engine
 
     model = base_model_dir()
     half = save({k: v.to(torch.float16) for k, v in load_file(str(model / WEIGHTS)).items()})
     ts, *_ = leakage_free_set(TrainingData())
-    p = [] if teacher is None else teacher_probabilities(teacher, ts.texts)
+    p = [] if teacher is None else teacher_probabilities(get_engine(), teacher, ts.texts)
     folders = [out / f"part{i}" for i in range(PIECES)]
     for f in folders:
         f.mkdir(parents=True, exist_ok=True)

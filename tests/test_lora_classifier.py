@@ -201,13 +201,13 @@ def test_the_teachers_probabilities_come_through_the_store(use_db):
     read back (no new prediction row), in the texts' order."""
     from sqlalchemy import text as sql
 
-    from checkworthy.runs.train_lora import teacher_probabilities
+    from checkworthy.runs.scoring import teacher_probabilities
 
     texts = [f"Unemployment fell by {n} percent last year, {uuid.uuid4().hex[:6]}." for n in range(5)]
-    first = teacher_probabilities("classifier:minilm-lr", texts)
+    first = list(teacher_probabilities(use_db, "classifier:minilm-lr", texts))
     with use_db.connect() as conn:
         rows = conn.execute(sql("select count(*) from predictions")).scalar()
-    again = teacher_probabilities("classifier:minilm-lr", list(reversed(texts)))
+    again = list(teacher_probabilities(use_db, "classifier:minilm-lr", list(reversed(texts))))
     with use_db.connect() as conn:
         assert conn.execute(sql("select count(*) from predictions")).scalar() == rows
     direct = classifier.ClassifierScorer("minilm-lr").score(texts)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,11 @@ from checkworthy.cli.checks import output_file, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.errors import UsageError
 from checkworthy.runs.score_file import ScoreOptions, read_input, score_csv
+from checkworthy.runs.scoring import teacher_probabilities
 from checkworthy.runs.train_classifier import ARTEFACT_ROOT, DEFAULT_EXCLUDE, TrainingData, train
 from checkworthy.scorers.lora_classifier import BASES
 from checkworthy.scorers.registry import configured_scorer
+from checkworthy.store.engine import get_engine
 
 
 def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -145,12 +148,19 @@ def run_train(args: argparse.Namespace) -> int:
     if args.teacher and args.method != "lora":
         raise ValueError(f"--teacher: only with --method lora (not {args.method})")
     if args.method in ("lora", "setfit"):
-        from checkworthy.runs.train_lora import FineTuning, train_lora, version_with_dvc  # start-up: torch
+        from checkworthy.runs.train_lora import (  # start-up: torch
+            FineTuning,
+            Teacher,
+            train_lora,
+            version_with_dvc,
+        )
 
         if args.method == "lora":
             spec = FineTuning.for_base(args.base, epochs=args.epochs, rank=args.rank, device=args.device)
+            teacher = None if not args.teacher else Teacher(
+                args.teacher, partial(teacher_probabilities, get_engine(), args.teacher, echo=print))
             art = train_lora(args.name, spec, data, examples=args.examples, root=root, echo=print,
-                             teacher=args.teacher)
+                             teacher=teacher)
         else:
             from checkworthy.runs.train_setfit import SetFitSpec, train_setfit  # start-up: setfit, datasets
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import Engine
 
 from checkworthy.scorers.base import Score, Scorer
-from checkworthy.scorers.registry import NO_PROMPT, PromptInfo
+from checkworthy.scorers.registry import NO_PROMPT, PromptInfo, make_scorer
 from checkworthy.store import rows as store
 
 Progress = Callable[[int, int], None]
@@ -129,3 +131,18 @@ def stored_scores(engine: Engine, scorer: Scorer, texts: Sequence[str], kind: st
     with engine.connect() as conn:
         preds = store.stored_predictions(conn, {kind: keys[kind]}, hashes)
     return [preds[(h, kind)].score for h in hashes]
+
+
+def teacher_probabilities(engine: Engine, teacher: str, texts: Sequence[str],
+                          echo: Callable[[str], None] = lambda _: None) -> NDArray[np.float64]:
+    """The ``teacher`` model's P(check-worthy) of each text, through the store (scores it holds are
+    read back, the rest scored and kept), for distillation; refused where it failed on any text."""
+    scorer, prompt = make_scorer(teacher)
+    if "p_positive" not in scorer.score_kinds:
+        raise ValueError(f"--teacher {teacher}: gives no p_positive (a trained classifier or ensemble does)")
+    p = stored_scores(engine, scorer, texts, "p_positive", prompt,
+                      progress=lambda done, total: echo(f"  teacher: {done}/{total} texts scored"))
+    failed = sum(x is None for x in p)
+    if failed:
+        raise ValueError(f"--teacher {teacher}: no score for {failed} training texts")
+    return np.asarray(p, dtype=np.float64)

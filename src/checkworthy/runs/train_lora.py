@@ -237,23 +237,14 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, 
     return encoder, head, hyper
 
 
-def teacher_probabilities(teacher: str, texts: Sequence[str], echo: Callable[[str], None] = lambda _: None
-                          ) -> NDArray[np.float64]:
-    """The ``teacher`` model's P(check-worthy) of each text, through the store (scores it holds are
-    read back, the rest scored and kept), for distillation; refused where it failed on any text."""
-    from checkworthy.runs.scoring import stored_scores
-    from checkworthy.scorers.registry import make_scorer
-    from checkworthy.store.engine import get_engine
+@dataclass(frozen=True)
+class Teacher:
+    """A model whose P(check-worthy) of each training text is learnt instead of its label
+    (distillation): its spec, for the manifest, and what gives those probabilities (the CLI reads
+    them through the store: :func:`checkworthy.runs.scoring.teacher_probabilities`)."""
 
-    scorer, prompt = make_scorer(teacher)
-    if "p_positive" not in scorer.score_kinds:
-        raise ValueError(f"--teacher {teacher}: gives no p_positive (a trained classifier or ensemble does)")
-    p = stored_scores(get_engine(), scorer, texts, "p_positive", prompt,
-                      progress=lambda done, total: echo(f"  teacher: {done}/{total} texts scored"))
-    failed = sum(x is None for x in p)
-    if failed:
-        raise ValueError(f"--teacher {teacher}: no score for {failed} training texts")
-    return np.asarray(p, dtype=np.float64)
+    spec: str
+    probabilities: Callable[[Sequence[str]], NDArray[np.float64]]
 
 
 def write_adapter(folder: Path, encoder: Any, head: Any) -> dict[str, str]:
@@ -376,12 +367,12 @@ def train_lora(
     examples: int | None = None,
     root: Path = ARTEFACT_ROOT,
     echo: Callable[[str], None] = lambda _: None,
-    teacher: str | None = None,
+    teacher: Teacher | None = None,
 ) -> LoraArtefact:
     """Fine-tune (as ``spec`` says; None: MiniLM's :data:`DEFAULTS`), save and evaluate (on the CPU)
     a LoRA classifier on every text of ``data`` or ``examples`` of each class; seed and calibration
-    sizes from params.yaml unless ``data`` gives them. ``teacher``: a model spec whose
-    P(check-worthy) of each training text is learnt instead of its label (distillation)."""
+    sizes from params.yaml unless ``data`` gives them. ``teacher``: a model whose P(check-worthy)
+    of each training text is learnt instead of its label (distillation)."""
     import torch
 
     spec = spec or FineTuning.for_base()
@@ -395,8 +386,8 @@ def train_lora(
         pick = balanced_sample(labels, examples, seed=seed)
         texts, labels = [texts[i] for i in pick], [labels[i] for i in pick]
         echo(f"a balanced sample of {len(texts):,} ({sum(labels):,} check-worthy)")
-    teacher_p = None if teacher is None else teacher_probabilities(teacher, texts, echo)
+    teacher_p = None if teacher is None else teacher.probabilities(texts)
     encoder, head, hyper = fine_tune(texts, labels, spec, seed=seed, echo=echo, targets=teacher_p)
-    trained = Trained(ts, seed, n_per_class, examples, len(texts), teacher, spec.model_base, hyper,
-                      time.monotonic() - t0)
+    trained = Trained(ts, seed, n_per_class, examples, len(texts), teacher.spec if teacher else None,
+                      spec.model_base, hyper, time.monotonic() - t0)
     return save_trained(name, encoder, head, trained, groups, root, echo)
