@@ -154,8 +154,8 @@ class ReviewRule:
 
     def promise(self) -> str:
         """The Learn-then-Test promise and what it was certified on, in one phrase."""
-        return (f"{RISK_WORDS[self.risk]} <= {self.max_risk:g} with probability >= {1 - self.delta:.0%}, "
-                f"Learn-then-Test {self.certified_on()}")
+        return (f"{RISK_WORDS[self.risk]} <= {self.max_risk:g} with probability >= {1 - self.delta:.0%} "
+                f"over L, Learn-then-Test {self.certified_on()}")
 
     def too_few(self) -> bool:
         """Whether no margin could pass because too few labelled claims are like the batch."""
