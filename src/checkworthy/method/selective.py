@@ -244,9 +244,8 @@ def realised(theta: ArrayLike, y: ArrayLike, threshold: float, risk: str, margin
 
 
 def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk: str = "error",
-               max_risk: float = 0.1, delta: float = 0.1, grid: tuple[float, ...] = GRID,
-               weights: ArrayLike | None = None) -> ReviewRule:
-    """Choose the margin on L by Learn-then-Test (fixed sequence, binomial p-values).
+               max_risk: float = 0.1, delta: float = 0.1, weights: ArrayLike | None = None) -> ReviewRule:
+    """Choose the margin of :data:`GRID` on L by Learn-then-Test (fixed sequence, binomial p-values).
 
     Parameters
     ----------
@@ -270,7 +269,7 @@ def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk:
         raise ValueError("weights must be one non-negative number a labelled claim")
     n_min = min_effective_n(max_risk, delta)  # fewer cannot reject, even loss-free
     chosen: tuple[float, int, float, float] | None = None
-    for margin in grid:
+    for margin in GRID:
         at_risk, lost = _at_risk(theta, y, threshold, risk, margin)
         wa = w[at_risk]
         n = kish(wa)
