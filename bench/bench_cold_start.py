@@ -13,7 +13,8 @@ CT22 dev (195). Each round adds ``--step`` labelled tweets chosen by one arm:
 
 After each round, predict's path on arrays: the MiniLM logistic head's p_positive (each text
 embedded and scored once), NN-PPI with predict's k over the labelled set (cosine), the
-decide-or-review rule chosen on L's leave-one-out theta, drift against L's radius. On the test
+decide-or-review rule chosen on L's leave-one-out theta (certified on the queries' labelled
+neighbours, those drift does not hold back), drift against L's radius. On the test
 tweets: positive-class F1 of the decisions, ROC AUC of theta, the share decided automatically and
 the error among those decisions, averaged over ``--seeds`` draws of the random and coverage arms
 (the debate sample stays params.yaml's). Prints a table and a JSON line. Run from the repository root:
@@ -31,12 +32,12 @@ import numpy as np
 from checkworthy.config import VAR_DIR, load_params
 from checkworthy.data.datasets import CLAIMBUSTER, TWEETS, build_splits, load_dataset, normalise_text
 from checkworthy.method.coverage import coverage_order
-from checkworthy.method.drift import check_drift, drift_status, fit_radius
+from checkworthy.method.drift import CALM, check_drift, drift_status, fit_radius
 from checkworthy.method.embedding_head import fit_head
 from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.method.nnppi import decide, nnppi_theta
 from checkworthy.method.sampling import balanced_sample
-from checkworthy.method.selective import fit_review, review_priority
+from checkworthy.method.selective import fit_review, neighbour_weights, review_priority
 from checkworthy.scorers.classifier import load_artefact
 from checkworthy.scorers.sentence_encoder import embed
 
@@ -80,11 +81,12 @@ def calibrate(x_l: np.ndarray, c_l: np.ndarray, y_l: np.ndarray, x_q: np.ndarray
     else:
         theta_l = nnppi_theta(c_l, y_l[idx_l], c_l[idx_l])
         theta = nnppi_theta(c_q, y_l[idx], c_l[idx])
-    rule = fit_review(theta_l, y_l)
     radius = fit_radius(near_l)
     figure = check_drift(near, radius).as_dict()
+    status = drift_status(near, figure)
+    rule = fit_review(theta_l, y_l, weights=neighbour_weights(idx[status == CALM], len(y_l)))
     return {"theta": theta, "decision": decide(theta),
-            "review": rule.review(theta, drift_status(near, figure)),
+            "review": rule.review(theta, status),
             "beyond": near > radius if radius is not None else np.zeros(len(near), bool),
             "priority": review_priority(theta, rule.threshold)}
 

@@ -210,10 +210,11 @@ def test_data_beside_the_paper(hand, engine):
 
 def test_decide_or_review(hand, engine):
     """Five labelled claims can never pass the test (error <= 0.1 at delta 0.1 needs at least 22
-    automated ones), so the rule decides nothing automatically and all 8 claims are queued."""
+    automated ones): each of the batch's claims has all five among its neighbours, so the rule is
+    certified on those five, too few; it decides nothing automatically and all 8 claims are queued."""
     rows = table(hand_md(hand, engine), "Decide or review")
-    assert rows == [[rows[0][0], "5", "`paper`", "error <= 0.1, delta 0.1", "none passed", "0%", "8", "0%", "—",
-                     "—", "8"]]
+    assert rows == [[rows[0][0], "5", "`paper`", "error <= 0.1, delta 0.1", "5 nearest the batch (effective n 5)",
+                     "too few like the batch", "0%", "8", "0%", "—", "—", "8"]]
 
 
 def test_drift(hand, engine):
@@ -231,9 +232,9 @@ def test_decide_or_review_figures_of_the_world(world, engine):
     with engine.connect() as conn:
         for r, run_id in zip(rows, (w.runs[3], w.runs[5], w.runs[10])):
             rule = load_run(conn, run_id)["params"]["review"]
-            assert r[5] == f"{rule['automated_share']:.0%}"
-            assert r[10] == str(len(entries_of_run(conn, run_id)))
-            assert r[9] in ("yes", "—")
+            assert r[6] == f"{rule['automated_share']:.0%}"
+            assert r[11] == str(len(entries_of_run(conn, run_id)))
+            assert r[10] in ("yes", "—")
 
 
 def test_failure_modes_counts_and_examples(hand, engine):

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from checkworthy.method.drift import another_kind
-from checkworthy.method.selective import RISK_WORDS
+from checkworthy.method.selective import ReviewRule
 from checkworthy.report import paper_figures
 from checkworthy.report.drift import drift_line
 from checkworthy.report.formatting import METHODS, fmt
@@ -148,21 +148,21 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
 
 def review_line(outcome: CalibrateOutcome) -> str:
     """How many claims go to a person and why, and the Learn-then-Test promise with the claims it
-    is made for: in a batch that drifted from the labelled file, only those within the labelled
-    set's radius, and none when the batch is of another kind."""
+    is made for and the labelled claims it was certified on: in a batch that drifted from the
+    labelled file, only those within the labelled set's radius, and none when the batch is of
+    another kind; none automated when too few labelled claims are like the batch."""
     r, d = outcome.review or {}, outcome.drift or {}
-    margin = "none decided automatically" if r["margin"] is None else f"margin {r['margin']:.2f}"
-    promise = (f"share of {RISK_WORDS[r['risk']]} <= {r['max_risk']:g} with probability >= "
-               f"{1 - r['delta']:.0%}")
+    rule = ReviewRule.from_dict(r)
+    margin = rule.none_why() if r["margin"] is None else f"margin {r['margin']:.2f}"
+    promise = f"share of {rule.promise()}"
     head = f"review: {outcome.n_review} of {outcome.n_rows} claims to a person"
     within = d.get("n", 0) - d.get("n_beyond", 0)
     if not d.get("alert"):
-        return f"{head} ({margin}; {promise} over the labelled file, Learn-then-Test)"
+        return f"{head} ({margin}; {promise})"
     if another_kind(d):
         return (f"{head} ({outcome.n_drift} for drift: {d['n_beyond']} far from every labelled claim, "
                 f"{within} within the labelled set's radius); no Learn-then-Test promise for this batch, "
-                f"of another kind than the labelled file (the rule chosen on it, {promise}, holds for "
-                "claims like its own)")
+                "of another kind than the labelled file")
     return (f"{head} ({outcome.n_drift} for drift, far from every labelled claim; the rest by {margin}); "
-            f"{promise} over the labelled file, Learn-then-Test: promised only for the {within} claims "
-            f"within the labelled set's radius ({within / d['n']:.0%} of the batch)")
+            f"{promise}: promised only for the {within} claims within the labelled set's radius "
+            f"({within / d['n']:.0%} of the batch)")

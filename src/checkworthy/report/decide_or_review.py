@@ -1,6 +1,7 @@
 """The report's "Decide or review" section: for every run, the rule chosen on L (which risk, its
-bound, delta, the margin), the share of the run's claims it decides automatically, the risk realised
-among them on the claims labelled when the run finished, and how many claims it queued for a person.
+bound, delta, the labelled claims it was certified on, the margin), the share of the run's claims
+it decides automatically, the risk realised among them on the claims labelled when the run
+finished, and how many claims it queued for a person.
 
 From stored rows only (the labels are read as of each run's end), so a re-render is identical.
 """
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from checkworthy.method.drift import drift_status
-from checkworthy.method.selective import realised
+from checkworthy.method.selective import ReviewRule, realised
 from checkworthy.report import plots
 from checkworthy.report.document import Document, Heading, Image, Para, Table, code, esc
 from checkworthy.report.formatting import fmt
@@ -38,9 +39,13 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
         share, risk = realised([x.theta for x in res], [x.label for x in res], rule["threshold"],
                                rule["risk"], rule["margin"], status)
         within = "—" if risk is None else ("yes" if risk <= rule["max_risk"] else "**no**")
+        certified = ReviewRule.from_dict(rule)
+        on = (f"all {certified.n_labelled} labelled" if certified.n_neighbours is None
+              else f"{certified.n_neighbours} nearest the batch (effective n {certified.n_effective:.0f})")
+        none = "too few like the batch" if certified.too_few() else "none passed"
         rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", DEFAULT_CORRECTION)),
-                     f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}",
-                     fmt(rule["margin"]) if rule["margin"] is not None else "none passed",
+                     f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}", on,
+                     fmt(rule["margin"]) if rule["margin"] is not None else none,
                      f"{share_all:.0%}" if share_all is not None else "—", f"{len(res)}",
                      f"{share:.0%}" if res else "—", fmt(risk), within, str(queued.get(r["id"], 0))])
         if res:
@@ -49,12 +54,16 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
             marks.append((len(cats) - 1, 1, float(rule["max_risk"])))
     doc.add(Para("Each run chooses on L, by Learn-then-Test, how far theta must be from the threshold for "
                  "a decision to be taken without a person, so that the risk stays at or below its bound "
-                 "with probability 1 - delta (docs/method.md, \"Decide or review\"). The claims it "
+                 "with probability 1 - delta (docs/method.md, \"Decide or review\"), certified on the "
+                 "labelled claims nearest the run's batch, each weighed by how often it is among the "
+                 "batch's neighbours (\"certified on\": how many, and their effective number); with "
+                 "too few labelled claims like the batch nothing is decided automatically. The claims it "
                  "sends to a person are queued (`review_queue`) for export to Label Studio "
                  "(docs/review.md, with the label benchmark `bench/bench_review_queue.py` and its "
                  "figure). Reliability diagrams of theta are in each run group's section below."))
-    doc.add(Table(["runs", "k", "correction", "bound", "margin", "automated (all claims)", "labelled claims",
-                   "automated (labelled)", "realised risk", "within the bound", "queued"], rows,
+    doc.add(Table(["runs", "k", "correction", "bound", "certified on", "margin", "automated (all claims)",
+                   "labelled claims", "automated (labelled)", "realised risk", "within the bound", "queued"],
+                  rows,
                   caption="Realised risk: wrong decisions among the automatic ones (error), or check-worthy "
                           "claims among the automatic dismissals (miss), on the run's claims labelled when "
                           "it finished."))

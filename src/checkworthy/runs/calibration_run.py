@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
-from checkworthy.method.drift import drift, drift_status
+from checkworthy.method.drift import CALM, drift, drift_status
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
@@ -33,7 +33,7 @@ from checkworthy.method.predictor_choice import (
     uses_head,
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive, under_drift
-from checkworthy.method.selective import fit_review
+from checkworthy.method.selective import fit_review, neighbour_weights
 from checkworthy.runs.review_queue import queue_run
 from checkworthy.store.calibration_runs import (
     close_abandoned_runs,
@@ -97,7 +97,7 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
-        figures = rule_and_drift(conn, spec, res.theta, nb.distances[:, 0])
+        figures = rule_and_drift(conn, spec, res.theta, nb.distances[:, 0], nb.neighbour_ids)
         return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c, figures["drift"]) | figures
     emb = None
     if spec.correction == "auto" or uses_head(spec.correction):
@@ -146,12 +146,30 @@ def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure:
     return {"prevalence": (under_drift(p) if figure["alert"] else p).as_dict() | {"from": "raw score"}}
 
 
-def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, theta: np.ndarray,
-                  threshold: float, status: np.ndarray | None = None) -> dict[str, Any]:
-    """The decide-or-review rule chosen on L (leave-one-out theta) and the share of the run's claims
-    it decides automatically (none that drift holds back: ``status``, :func:`checkworthy.method.
-    drift.drift_status`), as stored in the run's ``params->'review'``."""
-    rule = fit_review(theta_l, y_l, threshold, spec.review_risk, spec.max_risk, spec.delta)
+@dataclass(frozen=True)
+class Batch:
+    """A run's claims as its decide-or-review rule sees them: theta, the positions in L of each
+    claim's k nearest labelled claims (the run's SQL kNN) and drift's status of each claim
+    (:func:`checkworthy.method.drift.drift_status`)."""
+
+    theta: np.ndarray
+    neighbour_positions: np.ndarray
+    status: np.ndarray
+
+    def weights(self, n_labelled: int) -> np.ndarray:
+        """L's weights for this batch (:func:`checkworthy.method.selective.neighbour_weights`): the
+        neighbours of the claims drift does not hold back, the only ones the rule may decide."""
+        return neighbour_weights(self.neighbour_positions[self.status == CALM], n_labelled)
+
+
+def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Batch,
+                  threshold: float) -> dict[str, Any]:
+    """The decide-or-review rule chosen on L (leave-one-out theta), certified on the labelled claims
+    like the batch (:meth:`Batch.weights`), and the share of the batch it decides automatically
+    (none that drift holds back), as stored in the run's ``params->'review'``."""
+    rule = fit_review(theta_l, y_l, threshold, spec.review_risk, spec.max_risk, spec.delta,
+                      weights=batch.weights(len(y_l)))
+    theta, status = batch.theta, batch.status
     share = float(np.mean(rule.review(theta, status) == 0)) if len(theta) else None
     return {"review": rule.as_dict() | {"automated_share": share}}
 
@@ -162,16 +180,18 @@ def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray) -> dict[str, Any]
     return {"drift": drift(loo_nearest, nearest).as_dict()}
 
 
-def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: np.ndarray) -> dict[str, Any]:
+def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: np.ndarray,
+                   neighbour_ids: np.ndarray) -> dict[str, Any]:
     """:func:`drift_params` and :func:`review_params` (the claims drift holds back to a person) for
     the paper's path, which builds no leave-one-out lists for its own figures: L's from the same
-    SQL kNN, NN-PPI at the run's k."""
+    SQL kNN, NN-PPI at the run's k; ``neighbour_ids``: the claims' (n, k) nearest labelled ids."""
     pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model, spec.knn_path)
     nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
     figure = drift_params(pool.cal.dist[:, 0], nearest)
     theta_l = CORRECTIONS[DEFAULT_CORRECTION](nb)
-    return figure | review_params(spec, theta_l, pool.cal.y, theta, spec.threshold,
-                                  drift_status(nearest, figure["drift"]))
+    batch = Batch(theta, pool.positions(np.asarray(neighbour_ids)[:, :spec.k]),
+                  drift_status(nearest, figure["drift"]))
+    return figure | review_params(spec, theta_l, pool.cal.y, batch, spec.threshold)
 
 
 # ------------------------------------------------------------------ interval and correction
@@ -307,8 +327,9 @@ def compute_methods(
                            "note": f"no batch estimate ({why}): L's prior"}
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     k = fc.choice.k
-    fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, res.theta, threshold,
-                            drift_status(nq.distances[:, 0], figure["drift"]))
+    batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
+                  drift_status(nq.distances[:, 0], figure["drift"]))
+    fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, batch, threshold)
     return res, used, fitted | figure | {"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])}
 
 

@@ -450,7 +450,8 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
         theta = np.array([r.theta for r in stored])
         counts["knn"] = incremental_knn_record(conn, spec, run_id, [r.claim_id for r in stored])
         nearest = np.array([r.nearest for r in stored])
-        figures = rule_and_drift(conn, spec, theta, nearest)
+        figures = rule_and_drift(conn, spec, theta, nearest,
+                                 stored_neighbour_ids(conn, run_id, [r.claim_id for r in stored]))
         scores = np.array([r.score for r in stored])
         counts |= raw_score_prevalence(conn, spec, scores, figures["drift"]) | figures
         queue_run(conn, run_id, counts["review"], [r.claim_id for r in stored], theta,

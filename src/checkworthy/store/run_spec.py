@@ -171,13 +171,19 @@ def run_key(spec: RunSpec, fingerprint: str) -> str:
 #: how drift acts on a run's decisions (:func:`checkworthy.method.drift.drift_status`), in every run
 #: key: a run stored before drift acted sent other claims to a person, so it is never reused
 DRIFT_ACTS = "beyond the radius; all of a batch of another kind"
+#: what the decide-or-review rule is certified on (:func:`checkworthy.method.selective.fit_review`'s
+#: weights), in every run key: a run stored when the rule was certified on all of L automated other
+#: claims, so it is never reused
+REVIEW_ON = "the batch's labelled neighbours: kNN density ratio weights, Kish effective n"
 
 
 def key_of(body: dict[str, Any]) -> str:
-    """The run key of a spec's fields and of how drift acts (:data:`DRIFT_ACTS`); L's prior and the
-    exact kNN, the defaults, are left out, as before those fields existed."""
+    """The run key of a spec's fields, of how drift acts (:data:`DRIFT_ACTS`) and of what the rule is
+    certified on (:data:`REVIEW_ON`); L's prior and the exact kNN, the defaults, are left out, as
+    before those fields existed."""
     if body.get("prior") == "labelled":
         body = {k: v for k, v in body.items() if k != "prior"}
     if body.get("knn", "exact") == "exact":
         body = {k: v for k, v in body.items() if k not in ("knn", "ef_search")}
-    return sha256_text(json.dumps(body | {"drift_acts": DRIFT_ACTS}, sort_keys=True, default=str))
+    return sha256_text(json.dumps(body | {"drift_acts": DRIFT_ACTS, "review_on": REVIEW_ON},
+                                  sort_keys=True, default=str))
