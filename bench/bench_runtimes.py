@@ -4,14 +4,14 @@ two labelled sets, and how far each runtime's scores are from torch's.
 
 Texts and labels: the main job's calibration sets L of ClaimBuster and CLEF 2024
 (``train_classifier.load_groups``, seed 2026, 1,203 CLEF claims a class), which no versioned
-classifier was trained on. The torch path is the exported module itself
-(:func:`checkworthy.scorers.lora_classifier.torch_graph`), so the three differ in runtime and
-precision only. Each is timed in this process after a first batch, at batch sizes 1 (the API's
-one sentence), 100 (the API's largest request) and 1,000 (``predict``'s chunks), texts sorted by
-length within a call as the scorer sorts them; ROC AUC and score differences come from the whole
-sets scored at batch size 64 (the scorer's). Both ONNX models are built (or read from the cache)
-before the clock. Prints a table and a JSON line. Run from the repository root:
-``.venv/bin/python -m bench.bench_runtimes [--models minilm-lora gemma-lora] [--n 400]``.
+classifier was trained on (``--auc-n``: a seeded sample of each). The torch path is the exported
+module itself (:func:`checkworthy.scorers.lora_classifier.torch_graph`), so the three differ in
+runtime and precision only. Each is timed in this process after a first call, in calls of 1 text
+(the API's one sentence), 100 (the API's largest request) and 1,000 (``predict``'s chunks), each
+call scored as the scorer scores it: sorted by length, in batches of 64. ROC AUC and score
+differences come from the sets scored the same way. Both ONNX models are built (or read from the
+cache) before the clock. Prints a table and a JSON line. Run from the repository root:
+``.venv/bin/python -m bench.bench_runtimes [--models minilm-lora gemma-lora] [--n 400] [--auc-n N]``.
 """
 
 from __future__ import annotations
@@ -42,13 +42,22 @@ from checkworthy.scorers.onnx_runtime import INPUTS, OUTPUT, session
 
 SETS = ("claimbuster:calibration", "clef2024:calibration")
 BATCHES = (1, 100, 1000)
+#: texts a forward pass, as the scorer batches them
+BATCH_SIZE = 64
 Forward = Callable[[dict[str, Any]], np.ndarray]
 
 
-def labelled() -> dict[str, tuple[list[str], list[int]]]:
-    """Each labelled set's texts and labels."""
+def labelled(n: int | None) -> dict[str, tuple[list[str], list[int]]]:
+    """Each labelled set's texts and labels (``n``: a seeded sample of each)."""
     groups = load_groups(2026, {"claimbuster": None, "clef2024": 1203})
-    return {name: ([c.text for c in groups[name]], [c.label for c in groups[name]]) for name in SETS}
+    out = {}
+    for name in SETS:
+        claims = groups[name]
+        if n is not None and n < len(claims):
+            keep = np.random.default_rng(1).choice(len(claims), n, replace=False)
+            claims = [claims[i] for i in sorted(keep)]
+        out[name] = ([c.text for c in claims], [c.label for c in claims])
+    return out
 
 
 def paths(ref: str) -> tuple[Any, Any, dict[str, Forward]]:
@@ -80,12 +89,12 @@ def scores(forward: Forward, tok: Any, base: Any, texts: Sequence[str], batch_si
     return p
 
 
-def claims_per_s(forward: Forward, tok: Any, base: Any, texts: Sequence[str], batch_size: int) -> float:
-    """Claims/s on ``texts`` in calls of ``batch_size`` (each call sorted and padded on its own)."""
-    scores(forward, tok, base, texts[:batch_size], batch_size)  # warm: first shapes, allocations
+def claims_per_s(forward: Forward, tok: Any, base: Any, texts: Sequence[str], call: int) -> float:
+    """Claims/s on ``texts`` in calls of ``call`` texts, each scored as the scorer scores it."""
+    scores(forward, tok, base, texts[:min(call, BATCH_SIZE)], BATCH_SIZE)  # warm: first shapes
     t0 = time.perf_counter()
-    for start in range(0, len(texts), batch_size):
-        scores(forward, tok, base, texts[start: start + batch_size], batch_size)
+    for start in range(0, len(texts), call):
+        scores(forward, tok, base, texts[start: start + call], BATCH_SIZE)
     return len(texts) / (time.perf_counter() - t0)
 
 
@@ -100,7 +109,7 @@ def measure(ref: str, data: dict[str, tuple[list[str], list[int]]], n: int) -> l
             size = min(n, 100) if b == 1 else max(n, b)
             row[f"claims_per_s_batch_{b}"] = claims_per_s(forward, tok, base, timed[:size], b)
         for name, (texts, labels) in data.items():
-            p = scores(forward, tok, base, texts, 64)
+            p = scores(forward, tok, base, texts, BATCH_SIZE)
             reference.setdefault(name, p)
             row[f"roc_auc {name}"] = roc_auc(labels, p)
             row[f"max_abs_diff {name}"] = float(np.max(np.abs(p - reference[name])))
@@ -114,10 +123,11 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["minilm-lora", "gemma-lora"])
     ap.add_argument("--n", type=int, default=400, help="texts timed per batch size (at least the batch; "
                     "at most 100 one at a time)")
+    ap.add_argument("--auc-n", type=int, help="texts of each labelled set (default: all)")
     args = ap.parse_args()
     quiet_offline_env()
     torch.set_num_threads(CORES)
-    data = labelled()
+    data = labelled(args.auc_n)
     rows = [r for ref in args.models for r in measure(ref, data, args.n)]
     print(f"load average {os.getloadavg()[0]:.2f}; {CORES} cores; "
           + "; ".join(f"{k}: {len(v[0])} texts" for k, v in data.items()))

@@ -10,7 +10,7 @@ kNN. Each pass is timed after a first batch has loaded its model, on the runtime
 (the LoRA classifiers' is named beside them), beside its ceiling: its floating-point operations on
 the same sentences at this machine's fp32 matrix-product peak (:mod:`checkworthy.testing.flops`,
 as ``bench_compute_ceiling``). Prints tables and a JSON line. Run from the repository root:
-``.venv/bin/python -m bench.bench_scoring_cost [--n 200]``.
+``.venv/bin/python -m bench.bench_scoring_cost [--n 200] [--defaults predict]``.
 """
 
 from __future__ import annotations
@@ -77,13 +77,15 @@ def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=200, help="texts timed per pass (default 200)")
+    ap.add_argument("--defaults", nargs="+", choices=["predict", "main job"], default=["predict", "main job"],
+                    help="whose passes to time (default both)")
     args = ap.parse_args()
     quiet_offline_env()
     params = load_params(PARAMS_FILE)
     sample = sample_texts(args.n)
     scoring = params.get("scoring") or {}
-    sets = {"predict": passes([{"spec": params["predict"]["model"]}], scoring),
-            "main job": passes(params["models"], scoring)}
+    entries = {"predict": [{"spec": params["predict"]["model"]}], "main job": params["models"]}
+    sets = {name: passes(entries[name], scoring) for name in args.defaults}
     rates = {EMBEDDING: rate(embed, sample)}
     for found in sets.values():
         for name, scorer in found.items():

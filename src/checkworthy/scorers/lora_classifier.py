@@ -295,7 +295,6 @@ def onnx_model(folder: Path, base: Base, normalise: bool, precision: str) -> Pat
     return cached_model(model_dir(f"{base.model}-{precision}", key), export, precision)
 
 
-
 class LoraClassifierScorer:
     """Scores from a fine-tuned classifier with a LoRA adapter: ``paper_c`` and ``p_positive``."""
 

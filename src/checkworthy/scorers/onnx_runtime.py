@@ -6,9 +6,10 @@ A classifier (base with its LoRA adapter merged, pooling and head) is exported t
 for Gemma, so the model is built once and kept in the local cache directory
 (:func:`checkworthy.scorers.gguf_weights.cache_dir`), keyed by what it is made of (:func:`model_key`:
 the artefact's files' sha256, the base, the precision, the exporter's versions). Nothing is
-downloaded. A build is written in a temporary folder beside its target and renamed onto it, so
-parallel loaders never read half a model; every load checks the model's sha256 against the one
-written beside it, and rebuilds a model that does not match (a truncated or altered file).
+downloaded. One process builds a model at a time (a lock file), in a temporary folder renamed onto
+its target, so parallel loaders never read half a model nor build it twice; every load checks the
+model's sha256 against the one written beside it, and rebuilds a model that does not match (a
+truncated or altered file).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ RECIPE = {"exporter": "torch.onnx.export (dynamo)", "opset": 18,
 
 
 def threads() -> int:
-    """The cores this process may run on (ONNX Runtime's intra-op threads)."""
-    return len(os.sched_getaffinity(0))
+    """ONNX Runtime's intra-op threads: the cores this process may run on, or its share of them
+    where ``OMP_NUM_THREADS`` says (a Dask worker's, as torch reads it)."""
+    return int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
 
 
 def runtime_identity(precision: str) -> dict[str, str]:
@@ -81,12 +83,22 @@ def intact(folder: Path) -> bool:
 def cached_model(folder: Path, export: Callable[[Path], None], precision: str) -> Path:
     """The model file in ``folder``, built first where it is missing or does not match its sha256.
 
-    ``export(path)`` writes the fp32 ONNX graph to ``path``; ``int8`` quantises it afterwards."""
-    if intact(folder):
-        return folder / MODEL_FILE
+    ``export(path)`` writes the fp32 ONNX graph to ``path``; ``int8`` quantises it afterwards. One
+    process builds at a time (a lock file beside the folder): the others wait and read its build."""
+    import fasteners
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     folder.parent.mkdir(parents=True, exist_ok=True)
+    with fasteners.InterProcessLock(str(folder) + ".lock"):
+        if not intact(folder):
+            build(folder, export, precision)
+    return folder / MODEL_FILE
+
+
+def build(folder: Path, export: Callable[[Path], None], precision: str) -> None:
+    """Export (and quantise) in a temporary folder beside ``folder``, then rename it onto ``folder``
+    (a corrupt build there is replaced whole)."""
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:
         graph = tmp / ("fp32.onnx" if precision == "int8" else MODEL_FILE)
@@ -95,15 +107,11 @@ def cached_model(folder: Path, export: Callable[[Path], None], precision: str) -
             quantise(graph, tmp / MODEL_FILE)
             graph.unlink()
         (tmp / SHA_FILE).write_text(file_sha256(tmp / MODEL_FILE) + "\n")
-        shutil.rmtree(folder, ignore_errors=True)  # a corrupt build: replaced whole
-        try:
-            tmp.rename(folder)
-        except OSError:
-            if not intact(folder):  # another process's build won the race; else ours failed
-                raise
+        tmp.chmod(0o755)
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return folder / MODEL_FILE
 
 
 def export_graph(module: Any, example: dict[str, Any], path: Path) -> None:
