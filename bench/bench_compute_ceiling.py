@@ -5,15 +5,10 @@ Every model pass is mostly matrix products in fp32 (the CPU has no AMX: bf16 mea
 int8 dynamic quantisation destroyed the Gemma score, docs/scale.md). No implementation of a pass can
 beat its floating-point operations divided by the best rate this machine multiplies matrices at, so
 this bench counts them on real claims (the same sentences as ``bench_scoring_cost``) and measures
-that rate (``torch.nn.functional.linear`` at the models' shapes, best of several):
-
-- linear layers: 2 x (parameters outside the token embedding) per token read;
-- attention: 4 x query heads x head size x keys attended, per token and layer;
-- the embedded Gemma's LM head where its full distribution is read (the first answer token).
-
-Decode steps, LoRA adapters, heads, tokenising and the store are left out, so every ceiling is an
-upper bound. Prints the ceilings beside the targets, and the measured rate of the embedded token
-probability as a share of its ceiling, with a JSON line. Run from the repository root:
+that rate (``torch.nn.functional.linear`` at the models' shapes, best of several), as
+:mod:`checkworthy.testing.flops` counts them; every ceiling is an upper bound. Prints the ceilings
+beside the targets, and the measured rate of the embedded token probability as a share of its
+ceiling, with a JSON line. Run from the repository root:
 ``.venv/bin/python -m bench.bench_compute_ceiling``.
 """
 
@@ -21,9 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -31,55 +23,10 @@ from bench.bench_scale import CORES, DAY
 from bench.bench_scoring_cost import rate, sample_texts
 from checkworthy.config import quiet_offline_env
 from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer, GemmaOptions
-from checkworthy.scorers.lora_classifier import GEMMA, MINILM, base_encoder, encode, tokenizer
+from checkworthy.scorers.lora_classifier import GEMMA, MINILM
+from checkworthy.testing.flops import base_flops, peak_flops, token_prob_flops
 
 N = 200
-
-
-def peak_flops() -> float:
-    """The best fp32 rate of a linear layer at the models' widths (rows: a batch of tokens)."""
-    best = 0.0
-    for n_in, n_out in ((640, 2048), (2048, 640), (640, 1024), (384, 1536)):
-        x, w = torch.randn(2048, n_in), torch.randn(n_out, n_in)
-        for _ in range(3):
-            torch.nn.functional.linear(x, w)
-        t0, reps = time.perf_counter(), 40
-        for _ in range(reps):
-            torch.nn.functional.linear(x, w)
-        best = max(best, 2 * x.shape[0] * n_in * n_out * reps / (time.perf_counter() - t0))
-    return best
-
-
-def body_parameters(model: Any, embedding: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters()) - embedding.weight.numel()
-
-
-def attention_flops(config: Any, keys: Sequence[int]) -> float:
-    """Scores and weighted values of every layer for tokens attending to ``keys`` keys each."""
-    window = getattr(config, "sliding_window", None)
-    kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_key = 4 * config.num_attention_heads * head_dim
-    return float(sum(per_key * (min(n, window) if kind == "sliding_attention" and window else n)
-                     for kind in kinds for n in keys))
-
-
-def encoder_flops(model: Any, embedding: torch.nn.Module, lengths: Sequence[int]) -> float:
-    """A transformer reading each text alone (its own tokens only), per text on average."""
-    linear = 2 * body_parameters(model, embedding) * sum(lengths)
-    attention = attention_flops(model.config, [n for length in lengths for n in range(1, length + 1)])
-    return (linear + attention) / len(lengths)
-
-
-def token_prob_flops(scorer: EmbeddedGemmaScorer, sample: Sequence[str]) -> float:
-    """The embedded Gemma's one forward pass a claim: its suffix and the forced ``0.`` on the shared
-    prefix, and the LM head at the first answer token."""
-    model, n_prefix = scorer.model, len(scorer.prefix_ids)
-    lengths = [len(scorer.encode_suffix(t)[0]) + 2 for t in sample]
-    linear = 2 * body_parameters(model.model, model.model.embed_tokens) * sum(lengths)
-    keys = [n_prefix + i for length in lengths for i in range(1, length + 1)]
-    head = 2 * model.config.vocab_size * model.config.hidden_size * len(lengths)
-    return (linear + attention_flops(model.config, keys) + head) / len(lengths)
 
 
 def main() -> None:
@@ -87,15 +34,10 @@ def main() -> None:
     torch.set_num_threads(CORES)
     sample = sample_texts(N)
     gemma = EmbeddedGemmaScorer(GemmaOptions(token_prob_only=True), progress=False)
-    minilm = base_encoder()
-    minilm_lengths = encode(tokenizer(), MINILM, sample)["attention_mask"].sum(1).tolist()
-    gemma_lora_lengths = encode(gemma.tokenizer, GEMMA, sample)["attention_mask"].sum(1).tolist()
     flops = {
-        "MiniLM pass (the embedding; the MiniLM LoRA)": encoder_flops(
-            minilm, minilm.embeddings.word_embeddings, minilm_lengths),
+        "MiniLM pass (the embedding; the MiniLM LoRA)": base_flops(MINILM, sample),
         "embedded Gemma pass (token probability; each sampling)": token_prob_flops(gemma, sample),
-        "Gemma LoRA pass": encoder_flops(
-            gemma.model.model, gemma.model.model.embed_tokens, gemma_lora_lengths),
+        "Gemma LoRA pass": base_flops(GEMMA, sample),
     }
     minilm_pass, gemma_pass, lora_pass = flops.values()
     sets = [  # (name, FLOPs a claim, target claims a day)

@@ -6,8 +6,11 @@ Two sets of defaults: ``predict``'s model (params.yaml ``predict.model``, the re
 and the main job's ``models:`` list (the paper's scores beside the classifiers). An ensemble costs
 its members' passes (the flows store each member's score once and join them), each distinct pass
 (same spec and parameters) is counted once, and every claim is embedded with MiniLM once for the
-kNN. Each pass is timed after a first batch has loaded its model. Prints a table and a JSON line.
-Run from the repository root: ``.venv/bin/python -m bench.bench_scoring_cost [--n 200]``.
+kNN. Each pass is timed after a first batch has loaded its model, on the runtime its scorer uses
+(the LoRA classifiers' is named beside them), beside its ceiling: its floating-point operations on
+the same sentences at this machine's fp32 matrix-product peak (:mod:`checkworthy.testing.flops`,
+as ``bench_compute_ceiling``). Prints tables and a JSON line. Run from the repository root:
+``.venv/bin/python -m bench.bench_scoring_cost [--n 200] [--defaults predict]``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from typing import Any
 
 from bench.bench_scale import CORES, DAY, texts
 from checkworthy.config import PARAMS_FILE, load_params, quiet_offline_env
+from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
 from checkworthy.scorers.ensemble import EnsembleScorer
+from checkworthy.scorers.lora_classifier import MINILM, LoraClassifierScorer
 from checkworthy.scorers.registry import make_scorer
 from checkworthy.scorers.sentence_encoder import embed
+from checkworthy.testing.flops import base_flops, peak_flops, token_prob_flops
 
 WARM = 12
 EMBEDDING = "MiniLM embedding (every claim)"
@@ -36,7 +42,9 @@ def passes(entries: Sequence[Mapping[str, Any]], scoring: Mapping[str, Any]) -> 
         options = dict(scoring) | {k: v for k, v in entry.items() if k != "spec"}
         scorer, _ = make_scorer(entry["spec"], **options)
         for s in scorer.members if isinstance(scorer, EnsembleScorer) else [scorer]:
-            name = s.spec + (f" ({entry['sampling']})" if "sampling" in entry else "")
+            runtime = s.params().get("runtime")
+            name = s.spec + (f" ({entry['sampling']})" if "sampling" in entry else "") + (
+                f" ({runtime['engine']} {runtime['precision']})" if runtime else "")
             found.setdefault(json.dumps(s.params(), sort_keys=True, default=str), (name, s))
     return dict(found.values())
 
@@ -45,6 +53,17 @@ def sample_texts(n: int) -> list[str]:
     """``n`` CLEF sentences, and a first batch of ``WARM`` before them, that bench_scale's first runs
     do not use."""
     return texts(3000 + n + WARM)[3000:]
+
+
+def pass_flops(scorer: Any, sample: Sequence[str], bases: dict[str, float]) -> float:
+    """A pass's floating-point operations a claim: the embedded Gemma's forward pass, a LoRA
+    classifier's base, else MiniLM's (the logistic head reads its vector); ``bases`` caches a base's."""
+    if isinstance(scorer, EmbeddedGemmaScorer):
+        return token_prob_flops(scorer, sample)
+    base = scorer.artefact.base if isinstance(scorer, LoraClassifierScorer) else MINILM
+    if base.model not in bases:
+        bases[base.model] = base_flops(base, sample)
+    return bases[base.model]
 
 
 def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:
@@ -58,33 +77,47 @@ def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=200, help="texts timed per pass (default 200)")
+    ap.add_argument("--defaults", nargs="+", choices=["predict", "main job"], default=["predict", "main job"],
+                    help="whose passes to time (default both)")
     args = ap.parse_args()
     quiet_offline_env()
     params = load_params(PARAMS_FILE)
     sample = sample_texts(args.n)
     scoring = params.get("scoring") or {}
-    sets = {"predict": passes([{"spec": params["predict"]["model"]}], scoring),
-            "main job": passes(params["models"], scoring)}
+    entries = {"predict": [{"spec": params["predict"]["model"]}], "main job": params["models"]}
+    sets = {name: passes(entries[name], scoring) for name in args.defaults}
     rates = {EMBEDDING: rate(embed, sample)}
     for found in sets.values():
         for name, scorer in found.items():
             if name not in rates:
                 rates[name] = rate(scorer.score, sample)
+    bases: dict[str, float] = {}
+    flops = {name: pass_flops(scorer, sample[WARM:], bases) for found in sets.values()
+             for name, scorer in found.items()} | {EMBEDDING: pass_flops(embed, sample[WARM:], bases)}
+    peak = peak_flops()
     rows = []
     for label, found in sets.items():
         names = [EMBEDDING, *found]
         per_claim = sum(1 / rates[n] for n in names)
+        ceiling = peak / sum(flops[n] for n in names)
         rows.append({"defaults": label, "passes": names, "claims_per_s": 1 / per_claim,
-                     "claims_per_day": DAY / per_claim, "claims_per_day_per_core": DAY / per_claim / CORES})
-    print(f"load average {os.getloadavg()[0]:.2f}; {args.n} texts a pass, {CORES} cores, one process")
-    print("| pass | claims/s |\n|---|---:|")
+                     "claims_per_day": DAY / per_claim, "claims_per_day_per_core": DAY / per_claim / CORES,
+                     "ceiling_claims_per_s": ceiling, "ceiling_claims_per_day": DAY * ceiling})
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.n} texts a pass, {CORES} cores, one process; "
+          f"fp32 matrix-product peak {peak / 1e9:.0f} GFLOP/s")
+    print("| pass | claims/s | GFLOP a claim | ceiling claims/s | share of the ceiling |\n"
+          "|---|---:|---:|---:|---:|")
     for name, r in rates.items():
-        print(f"| {name} | {r:.1f} |")
-    print("\n| defaults | passes | claims/s | claims/day | claims/day/core |\n|---|---|---:|---:|---:|")
+        print(f"| {name} | {r:.1f} | {flops[name] / 1e9:.2f} | {peak / flops[name]:.1f} | "
+              f"{r * flops[name] / peak:.0%} |")
+    print("\n| defaults | passes | claims/s | claims/day | claims/day/core | ceiling claims/s | "
+          "ceiling claims/day |\n|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['defaults']} | {len(r['passes'])} | {r['claims_per_s']:.1f} | "
-              f"{r['claims_per_day']:,.0f} | {r['claims_per_day_per_core']:,.0f} |")
-    print(json.dumps({"bench": "scoring_cost", "passes": rates, "rows": rows}))
+              f"{r['claims_per_day']:,.0f} | {r['claims_per_day_per_core']:,.0f} | "
+              f"{r['ceiling_claims_per_s']:.1f} | {r['ceiling_claims_per_day']:,.0f} |")
+    print(json.dumps({"bench": "scoring_cost", "peak_gflops": peak / 1e9, "passes": rates,
+                      "pass_gflop_per_claim": {k: v / 1e9 for k, v in flops.items()}, "rows": rows}))
 
 
 if __name__ == "__main__":

