@@ -198,7 +198,8 @@ def test_the_readme_leads_with_what_a_team_does():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     heads = re.findall(r"^## (.+)$", readme, re.M)
     assert heads[:5] == ["Two commands", "Predict on your own claims (the recommended path)",
-                         "Serve, label, and let calibration follow", "A new kind of claim: train on your labels",
+                         "Serve, label, and let calibration follow",
+                         "A new kind of claim: from the first batch to a promoted model",
                          "The paper's reproduction: the main job"]
     first_screen = readme.split("\n## ", 1)[0]
     for step in ("predict", "serve", "label", "adapt"):
