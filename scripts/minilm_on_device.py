@@ -231,7 +231,7 @@ def import_student(folder: Path, name: str) -> None:
     ts, groups, seed, n_per_class = leakage_free_set(TrainingData())
     if ts.fingerprint != hyper.pop("fingerprint"):
         raise SystemExit("the training set here is not the one the student was trained on")
-    encoder, head, _ = load_adapter(folder, MINILM)
+    encoder, head = load_adapter(folder, MINILM)
     seconds = sum(h["seconds"] for h in hyper["history"])
     teacher = hyper.pop("teacher")
     trained = Trained(ts, seed, n_per_class, None, len(ts.texts), teacher, MINILM, hyper, seconds)

@@ -15,7 +15,7 @@ from checkworthy.runs import train_classifier as training
 from checkworthy.runs.train_lora import FineTuning, train_lora
 from checkworthy.runs.train_setfit import SetFitSpec, train_setfit
 from checkworthy.scorers import classifier
-from checkworthy.scorers.lora_classifier import LoraArtefact, LoraClassifierScorer, load_lora
+from checkworthy.scorers.lora_classifier import LoraClassifierScorer, load_lora
 from checkworthy.scorers.registry import make_scorer
 
 
@@ -180,7 +180,10 @@ def test_distillation_learns_the_teachers_probabilities_not_the_labels(tiny):
     """With a teacher's P(check-worthy) as targets the adapter follows the teacher: a teacher that
     says the opposite of every label turns the student's ranking of the labels upside down, where
     the labels themselves rank them the right way up (the same texts, seed and recipe)."""
+    import torch
+
     from checkworthy.runs.train_lora import fine_tune
+    from checkworthy.scorers.lora_classifier import MINILM, encode, logits, tokenizer
 
     _, _, small = tiny
     claims = small["claimbuster:other"]
@@ -188,10 +191,12 @@ def test_distillation_learns_the_teachers_probabilities_not_the_labels(tiny):
     spec = FineTuning.for_base(epochs=2, lr=2e-3, head_lr=2e-3)
     by_label = fine_tune(texts, y, spec, seed=1, echo=lambda _: None)
     by_teacher = fine_tune(texts, y, spec, seed=1, echo=lambda _: None, targets=np.where(y == 1, 0.1, 0.9))
+    batch = encode(tokenizer(), MINILM, texts)
     auc = {}
     for name, (encoder, head, _) in {"labels": by_label, "teacher": by_teacher}.items():
-        art = LoraArtefact("x", "x", tiny[1], {}, encoder.eval(), head.eval(), tiny[0].tok)
-        auc[name] = roc_auc(y, art.predict_proba(texts))
+        with torch.inference_mode():
+            p = torch.softmax(logits(encoder.eval(), head.eval(), batch), -1)[:, 1].numpy()
+        auc[name] = roc_auc(y, p)
     assert by_teacher[2]["targets"].startswith("a teacher's") and by_label[2]["targets"] == "labels"
     assert auc["labels"] > 0.7 and auc["teacher"] < 0.3
 
