@@ -35,6 +35,7 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \
 COPY . .
 RUN dvc config --local core.no_scm true \
  && dvc pull -q data.dvc models/classifier/minilm-lora.dvc models/classifier/gemma-lora.dvc \
+    models/classifier/minilm-student.dvc \
  && pip install --no-deps -e .
 
 # an unprivileged user; /app is its working copy: the flows version new label files with DVC

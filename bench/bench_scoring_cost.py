@@ -24,12 +24,10 @@ from typing import Any
 
 from bench.bench_scale import CORES, DAY, texts
 from checkworthy.config import PARAMS_FILE, load_params, quiet_offline_env
-from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
 from checkworthy.scorers.ensemble import EnsembleScorer
-from checkworthy.scorers.lora_classifier import MINILM, LoraClassifierScorer
 from checkworthy.scorers.registry import make_scorer
 from checkworthy.scorers.sentence_encoder import embed
-from checkworthy.testing.flops import base_flops, peak_flops, token_prob_flops
+from checkworthy.testing.flops import pass_flops, peak_flops
 
 WARM = 12
 EMBEDDING = "MiniLM embedding (every claim)"
@@ -53,17 +51,6 @@ def sample_texts(n: int) -> list[str]:
     """``n`` CLEF sentences, and a first batch of ``WARM`` before them, that bench_scale's first runs
     do not use."""
     return texts(3000 + n + WARM)[3000:]
-
-
-def pass_flops(scorer: Any, sample: Sequence[str], bases: dict[str, float]) -> float:
-    """A pass's floating-point operations a claim: the embedded Gemma's forward pass, a LoRA
-    classifier's base, else MiniLM's (the logistic head reads its vector); ``bases`` caches a base's."""
-    if isinstance(scorer, EmbeddedGemmaScorer):
-        return token_prob_flops(scorer, sample)
-    base = scorer.artefact.base if isinstance(scorer, LoraClassifierScorer) else MINILM
-    if base.model not in bases:
-        bases[base.model] = base_flops(base, sample)
-    return bases[base.model]
 
 
 def rate(run: Callable[[list[str]], Any], sample: list[str]) -> float:

@@ -131,7 +131,7 @@ def embed_task(claim_ids: list[int], db_url: str | None) -> int:
     return embed_claims(engine_for(db_url), claim_ids)
 
 
-@task(name="score", **MODEL)
+@task(name="score", task_run_name="score {model}", **MODEL)
 def score_task(model: str, claim_ids: list[int], params: dict[str, Any], db_url: str | None,
                guidelines: str | None = None, echo: bool = False,
                alongside: list[str] | None = None) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ def pack(out: Path, teacher: str | None) -> list[Path]:
     from checkworthy.runs.scoring import teacher_probabilities
     from checkworthy.runs.train_classifier import TrainingData, leakage_free_set
     from checkworthy.scorers.classifier import ARTEFACT_ROOT, latest_version
-    from checkworthy.scorers.lora_classifier import base_model_dir
+    from checkworthy.scorers.sentence_encoder import base_model_dir
     from checkworthy.store.engine import get_engine
 
     model = base_model_dir()

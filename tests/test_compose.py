@@ -419,7 +419,7 @@ def test_build_context_holds_what_the_image_needs_and_nothing_secret(tmp_path):
     for rel in ("clef2024/CT24_checkworthy_english_dev-test.tsv", "claimbuster/crowdsourced.csv"):
         got = hashlib.sha256((tmp_path / "data" / "raw" / rel).read_bytes()).hexdigest()
         assert got == KNOWN_SHA256[Path(rel).name], rel
-    for name in ("minilm-lora", "gemma-lora"):  # the recommended ensemble's members, from dvcstore/ too
+    for name in ("minilm-student", "minilm-lora", "gemma-lora"):  # predict's model and its teacher's members
         lora = tmp_path / "models" / "classifier" / name
         assert (lora / (lora / "LATEST").read_text().strip() / "adapter_model.safetensors").exists()
 

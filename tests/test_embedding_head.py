@@ -96,3 +96,17 @@ def test_neighbour_scores_come_from_a_head_that_saw_neither_claim():
         assert cal.nbr_c[i, col] == pytest.approx(model.predict_proba(x[[j]])[0, 1], abs=1e-9)
     same = fold[nbr] == fold[:, None]
     np.testing.assert_allclose(cal.nbr_c[same], head.oof[nbr][same])
+
+
+def test_a_head_is_fitted_once_per_process_for_the_same_inputs():
+    """The head does not depend on k: the runs of one model at k = 3, 5 and 10 share one fit (equal
+    inputs, not the same arrays); other scores, labels or options are another fit."""
+    emb, c, y = two_topics(80)
+    head = fit_head(emb, c, y, Cs=(1.0,))
+    assert fit_head(emb.copy(), c.copy(), y.copy(), Cs=(1.0,)) is head
+    other_c, other_y = c.copy(), y.copy()
+    other_c[0] += 0.5
+    other_y[[0, 1]] = other_y[[1, 0]]
+    for got in (fit_head(emb, other_c, y, Cs=(1.0,)), fit_head(emb, c, other_y, Cs=(1.0,)),
+                fit_head(emb, c, y, Cs=(1.0,), seed=1), fit_head(emb, c, y, Cs=(0.3,))):
+        assert got is not head

@@ -42,7 +42,7 @@ def test_predict_scores_calibrates_and_reports_the_batch_share(use_db, files, ca
     for r in rows:
         assert 0 <= float(r["score"]) <= 1 and float(r["ci_low"]) <= float(r["ci_high"])
         assert 1 <= len(r["neighbors"].split(";")) <= 5 and r["decision"] in ("0", "1")  # auto picks k
-    assert "ensemble:minilm-lora+gemma-lora p_positive, correction auto, interval mondrian, k = 5" in printed
+    assert "classifier:minilm-student p_positive, correction auto, interval mondrian, k = 5" in printed
     assert "auto chose " in printed and "cross-validated positive-class F1 on the labelled file" in printed
     # the fine-tuned model separates these 40 L claims, so ppi_py's interval may be undefined
     assert "share check-worthy in this batch:" in printed

@@ -24,6 +24,7 @@ beside the other methods rather than made the default.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,10 @@ FloatArray = NDArray[np.float64]
 
 #: inverse regularisation strengths tried (L2); chosen by cross-validated log loss on L
 CS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+#: heads fitted in this process, by a digest of their inputs: the head does not depend on k, so a
+#: main job's runs of one model at k = 3, 5 and 10 (and their comparisons' inner folds) fit it once
+FITTED: dict[str, HeadFit] = {}
+MAX_FITTED = 64
 
 
 def features(emb: FloatArray, c: FloatArray) -> FloatArray:
@@ -86,7 +91,8 @@ class HeadFit:
 
 def fit_head(emb: FloatArray, c: FloatArray, y: NDArray[np.int_], *, n_folds: int = 5,
              Cs: tuple[float, ...] = CS, seed: int = 0) -> HeadFit:
-    """Choose C by out-of-fold log loss on L, then fit on all of L and on every pair of folds.
+    """Choose C by out-of-fold log loss on L, then fit on all of L and on every pair of folds
+    (once per process for the same inputs: :data:`FITTED`).
 
     Parameters
     ----------
@@ -98,6 +104,23 @@ def fit_head(emb: FloatArray, c: FloatArray, y: NDArray[np.int_], *, n_folds: in
     if np.bincount(y, minlength=2).min() < 2:
         raise ValueError("the embedding head needs at least two labelled claims of each class")
     x = features(emb, c)
+    key = digest(x, y, n_folds, Cs, seed)
+    if key not in FITTED:
+        if len(FITTED) >= MAX_FITTED:
+            FITTED.pop(next(iter(FITTED)))
+        FITTED[key] = _fit_head(x, y, n_folds, Cs, seed)
+    return FITTED[key]
+
+
+def digest(x: FloatArray, y: NDArray[np.int_], *options: object) -> str:
+    """sha256 of a head's inputs: the features' and labels' values and shapes, and the options."""
+    h = hashlib.sha256(repr((x.shape, options)).encode())
+    for a in (x, y):
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _fit_head(x: FloatArray, y: NDArray[np.int_], n_folds: int, Cs: tuple[float, ...], seed: int) -> HeadFit:
     folds = stratified_folds(y, n_folds, seed)
     best: tuple[float, float, FloatArray, list[LogisticRegression]] | None = None
     for C in Cs:

@@ -50,6 +50,7 @@ from checkworthy.store.run_spec import DEFAULT_CORRECTION
 #: predictors compared by default: (model spec, score kind)
 DEFAULT_PREDICTORS = (
     ("ensemble:minilm-lora+gemma-lora", "p_positive"),
+    ("classifier:minilm-student", "p_positive"),
     ("classifier:minilm-lora", "p_positive"),
     ("classifier:gemma-lora", "p_positive"),
     ("classifier:minilm-setfit", "p_positive"),

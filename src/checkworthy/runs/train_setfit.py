@@ -33,7 +33,8 @@ from checkworthy.data.versioning import git_rev
 from checkworthy.runs.train_classifier import TrainingData, evaluate, leakage_free_set
 from checkworthy.runs.train_lora import save_lora
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, SETFIT
-from checkworthy.scorers.lora_classifier import MINILM, LoraArtefact, base_model_dir, load_lora
+from checkworthy.scorers.lora_classifier import MINILM, LoraArtefact, load_lora
+from checkworthy.scorers.sentence_encoder import base_model_dir
 
 #: training texts scored by both the trained model and the saved artefact, which must agree
 EXPORT_CHECK = 32

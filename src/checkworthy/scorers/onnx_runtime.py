@@ -114,14 +114,14 @@ def build(folder: Path, export: Callable[[Path], None], precision: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def export_graph(module: Any, example: dict[str, Any], path: Path) -> None:
-    """``module(input_ids, attention_mask) -> P(check-worthy)`` as one ONNX file (weights inside),
-    batch and sequence length dynamic."""
+def export_graph(module: Any, example: dict[str, Any], path: Path, output: str = OUTPUT) -> None:
+    """``module(input_ids, attention_mask) -> output`` (P(check-worthy), or an embedding) as one ONNX
+    file (weights inside), batch and sequence length dynamic."""
     import torch
 
     dims = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}  # batch, tokens
     torch.onnx.export(module.eval(), tuple(example[k] for k in INPUTS), str(path), input_names=list(INPUTS),
-                      output_names=[OUTPUT], dynamic_shapes={k: dims for k in INPUTS}, dynamo=True,
+                      output_names=[output], dynamic_shapes={k: dims for k in INPUTS}, dynamo=True,
                       external_data=False, opset_version=RECIPE["opset"], verbose=False)
 
 
@@ -139,5 +139,7 @@ def session(path: Path) -> Any:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads()
     options.inter_op_num_threads = 1
+    # no busy-waiting between runs: a request's store work and the database then get the cores
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

@@ -18,7 +18,14 @@ from typing import Any
 import torch
 
 from checkworthy.scorers.embedded_gemma import EmbeddedGemmaScorer
-from checkworthy.scorers.lora_classifier import Base, base_tokenizer, encode, load_base
+from checkworthy.scorers.lora_classifier import (
+    MINILM,
+    Base,
+    LoraClassifierScorer,
+    base_tokenizer,
+    encode,
+    load_base,
+)
 
 
 def peak_flops() -> float:
@@ -74,3 +81,14 @@ def token_prob_flops(scorer: EmbeddedGemmaScorer, sample: Sequence[str]) -> floa
     keys = [n_prefix + i for length in lengths for i in range(1, length + 1)]
     head = 2 * model.config.vocab_size * model.config.hidden_size * len(lengths)
     return (linear + attention_flops(model.config, keys) + head) / len(lengths)
+
+
+def pass_flops(scorer: Any, sample: Sequence[str], bases: dict[str, float]) -> float:
+    """A pass's floating-point operations a claim: the embedded Gemma's forward pass, a LoRA
+    classifier's base, else MiniLM's (the logistic head reads its vector); ``bases`` caches a base's."""
+    if isinstance(scorer, EmbeddedGemmaScorer):
+        return token_prob_flops(scorer, sample)
+    base = scorer.artefact.base if isinstance(scorer, LoraClassifierScorer) else MINILM
+    if base.model not in bases:
+        bases[base.model] = base_flops(base, sample)
+    return bases[base.model]
