@@ -51,12 +51,12 @@ from checkworthy.scorers.classifier import (
 )
 from checkworthy.scorers.gguf_weights import load_model, load_tokenizer, model_identity
 from checkworthy.scorers.onnx_runtime import (
-    INPUTS,
     OUTPUT,
     cached_model,
     export_graph,
     model_dir,
     model_key,
+    run_by_length,
     runtime_identity,
     session,
 )
@@ -176,13 +176,9 @@ class LoraArtefact:
 
     def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> NDArray[np.float64]:
         """P(check-worthy) for each text, in order (batches sorted by length, then restored)."""
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        p = np.zeros(len(texts), dtype=np.float64)
-        for start in range(0, len(texts), batch_size):
-            idx = order[start: start + batch_size]
-            batch = encode(self.tok, self.base, [texts[i] for i in idx], tensors="np")
-            p[idx] = self.session.run([OUTPUT], {k: batch[k] for k in INPUTS})[0]
-        return p
+        return run_by_length(self.session, OUTPUT, texts, batch_size,
+                             lambda batch: encode(self.tok, self.base, batch, tensors="np"),
+                             np.zeros(len(texts), dtype=np.float64))
 
 
 def encode(tok: Any, base: Base, texts: Sequence[str], tensors: str = "pt") -> dict[str, Any]:

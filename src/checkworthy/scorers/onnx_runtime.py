@@ -19,9 +19,12 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from checkworthy.scorers.gguf_weights import cache_dir
 
@@ -143,3 +146,15 @@ def session(path: Path) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_by_length(model: Any, output: str, texts: Sequence[str], batch_size: int,
+                  tokenise: Callable[[list[str]], Mapping[str, Any]], out: NDArray[Any]) -> NDArray[Any]:
+    """``model``'s ``output`` for every text, written to ``out``'s rows in the texts' order: the
+    texts batched by length (the least padding), each batch tokenised by ``tokenise`` to numpy."""
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    for start in range(0, len(texts), batch_size):
+        idx = order[start: start + batch_size]
+        batch = tokenise([texts[i] for i in idx])
+        out[idx] = model.run([output], {k: batch[k] for k in INPUTS})[0]
+    return out

@@ -21,7 +21,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL, quiet_offline_env
-from checkworthy.scorers.onnx_runtime import INPUTS, cached_model, export_graph, model_dir, model_key, session
+from checkworthy.scorers.onnx_runtime import (
+    cached_model,
+    export_graph,
+    model_dir,
+    model_key,
+    run_by_length,
+    session,
+)
 
 #: any function from texts to (n, 384) vectors (tests pass a fake one)
 Embedder = Callable[[Sequence[str]], NDArray[np.float32]]
@@ -108,9 +115,4 @@ def embed(texts: Sequence[str], batch_size: int = 64) -> NDArray[np.float32]:
     if not texts:
         return out
     tok, model = _model()
-    order = np.argsort([len(t) for t in texts], kind="stable")
-    for start in range(0, len(texts), batch_size):
-        idx = order[start: start + batch_size]
-        batch = encode(tok, [texts[i] for i in idx])
-        out[idx] = model.run([OUTPUT], {k: batch[k] for k in INPUTS})[0]
-    return out
+    return run_by_length(model, OUTPUT, texts, batch_size, lambda batch: encode(tok, batch), out)
