@@ -74,10 +74,10 @@ from checkworthy.flows.tasks import (
     run_spec,
     say,
     score_chunk_task,
+    score_in_force_task,
     score_task,
     stale_targets_task,
     text_chunks_task,
-    unscored_task,
     validate_task,
     version_data_task,
 )
@@ -250,9 +250,7 @@ def recalibrate_flow(label_set_names: list[str] | None = None, db_url: str | Non
             out["skipped"].append(lin["lineage"])
             continue
         embed_task(lin["calibration_ids"], db_url)  # newly labelled claims need a vector ...
-        for model, claim_ids in unscored_task(lin["lineage"], lin["label_set_id"], params["models"],
-                                              db_url).items():
-            score_task(model, claim_ids, params, db_url)  # ... and scores
+        score_in_force_task(lin["lineage"], lin["label_set_id"], params, db_url)  # ... and scores
         out["runs"] += recalibrate_lineage_task(lin["lineage"], lin["label_set_id"],
                                                 verdict["validation_run_id"], dv, db_url)
     run_ids = [r["run_id"] for r in out["runs"]]
@@ -312,7 +310,7 @@ def rescore_flow(guidelines: str = str(GUIDELINES_FILE), db_url: str | None = No
     """Score every lineage's claims under the (new) guidelines and calibrate them with that prompt."""
     params = load_params(Path(params_path))
     dv = version_data_task(repo, False, db_url, "rescore", {"guidelines": guidelines})
-    lineages = lineages_task(db_url, label_set_names)
+    lineages = lineages_task(db_url, label_set_names, measured_only=True)
     verdicts = {lin["lineage"]: validate_task(lin["label_set_id"], bounds_of(params), dv, db_url)
                 for lin in lineages}
     runs = _calibrate_all(lineages, verdicts, params, dv, db_url, guidelines)
@@ -345,7 +343,7 @@ def score_new_claims_flow(db_url: str | None = None, repo: str = str(ROOT),
     if not stale_targets_task(db_url, label_set_names):
         print("nothing new: every target is calibrated over all its claims")
         return {"ingested": added, "runs": []}
-    lineages = lineages_task(db_url, label_set_names)
+    lineages = lineages_task(db_url, label_set_names, measured_only=True)
     verdicts = {lin["lineage"]: validate_task(lin["label_set_id"], bounds_of(params), dv, db_url)
                 for lin in lineages}
     runs = _calibrate_all(lineages, verdicts, params, dv, db_url, None)

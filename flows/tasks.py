@@ -9,13 +9,14 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from sqlalchemy import Engine
 
-from checkworthy.config import REPORTS_DIR, ROOT, model_name
+from checkworthy.config import REPORTS_DIR, ROOT
 from checkworthy.data import validation, versioning
 from checkworthy.data.label_files import in_label_folder, set_aside
 from checkworthy.data.outputs import atomic_text
@@ -41,6 +42,7 @@ from checkworthy.runs.main_job import (
     worker_scorer,
 )
 from checkworthy.runs.scoring import score_missing
+from checkworthy.runs.served_run import matching_scorer
 from checkworthy.scorers.registry import configured_scorer, model_options, prompt_info
 from checkworthy.store import lineages as lineage_store
 from checkworthy.store import provenance
@@ -236,14 +238,16 @@ def recalibrate_lineage_task(name: str, label_set_id: int, validation_run_id: in
              "n_recomputed": o.n_recomputed, "n_copied": o.n_copied, "changes": o.changes} for o in outs]
 
 
-@task(name="unscored-labelled-claims", **DB)
-def unscored_task(lineage: str, label_set_id: int, models: list[dict[str, Any]],
-                  db_url: str | None) -> dict[str, list[int]]:
-    """The claims of the label set that some score key in force lacks, by the name of each
-    configured ``models:`` entry of that key's spec (each entry scores only what its own key lacks)."""
-    with engine_for(db_url).connect() as conn:
-        missing = recalibration.unscored_in_force(conn, lineage, label_set_id)
-    return {model_name(m): missing[m["spec"]] for m in models if m["spec"] in missing}
+@task(name="score-labelled-claims", **MODEL)
+def score_in_force_task(lineage: str, label_set_id: int, params: dict[str, Any], db_url: str | None) -> int:
+    """Score the label set's claims that some score key in force lacks, each with the scorer
+    params.yaml configures to give that key's scores; say which claims none does."""
+    n, left = recalibration.score_unscored_in_force(
+        engine_for(db_url), lineage, label_set_id, partial(matching_scorer, params))
+    for u in left:
+        get_run_logger().warning(f"{lineage}: {len(u.claim_ids)} newly labelled claims have no {u.model} "
+                                 f"score and act as no one's neighbours until scored: {u.reason}")
+    return n
 
 
 @task(name="first-table", **DB)
@@ -427,16 +431,18 @@ def stale_targets_task(db_url: str | None, lineages: list[str] | None = None) ->
 
 
 @task(name="lineages", **DB)
-def lineages_task(db_url: str | None, names: list[str] | None = None) -> list[dict[str, Any]]:
-    """Each lineage's head, its claims and the targets it calibrates."""
+def lineages_task(db_url: str | None, names: list[str] | None = None,
+                  measured_only: bool = False) -> list[dict[str, Any]]:
+    """Each lineage's head, its claims and the targets it calibrates; ``measured_only``: only the
+    lineages with a held-out target (the main job's, which the grid of ``models:`` and ``k``
+    calibrates; a team's lineage keeps the calibrations it chose)."""
     engine = engine_for(db_url)
     with engine.connect() as conn:
         heads = lineage_store.heads(conn)
+        measured = lineage_store.measured_lineages(conn) if measured_only else set(heads)
         return [{"lineage": n, "label_set_id": h, "calibration_ids": store.label_set_claims(conn, h),
                  "targets": lineage_store.target_claim_ids(conn, n)}
-                for n, h in sorted(heads.items()) if names is None or n in names]
-
-
+                for n, h in sorted(heads.items()) if (names is None or n in names) and n in measured]
 
 
 def bounds_of(params: dict[str, Any]) -> dict[str, Any]:

@@ -64,6 +64,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     )
     from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
     from checkworthy.store.engine import get_engine
+    from checkworthy.store.rows import label_set_texts
 
     if not args.labelled and not args.lineage:
         raise UsageError("give --labeled FILE or --lineage NAME")
@@ -90,9 +91,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
             raise DataError(labelled, None, "label", why)
     eng = get_engine()
     if lab_rows is not None:
-        with eng.begin() as conn:
+        with eng.begin() as conn:  # the lineage's labels in force: the file's, and those added since
             label_set = store_labelled(conn, labelled, lab_rows)
-        lab = distinct_labels(lineage, label_set, [(r.text, int(r.label)) for r in lab_rows])
+            lab = distinct_labels(lineage, label_set, label_set_texts(conn, label_set))
     else:
         try:
             lab = lineage_labels(eng, args.lineage)

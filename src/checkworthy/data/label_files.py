@@ -58,7 +58,20 @@ def read_label_csv(path: Path) -> list[LabelRow]:
         ))
     if not rows:
         raise DataError(name, 2, None, "no data rows")
+    check_one_label_per_claim(name, rows)
     return rows
+
+
+def check_one_label_per_claim(name: str, rows: list[LabelRow]) -> None:
+    """A file gives each claim one label: two rows of the same claim with different labels
+    contradict each other (the same label twice is one answer)."""
+    first: dict[tuple[str, str], LabelRow] = {}
+    for r in rows:
+        prev = first.setdefault((r.dataset, r.id), r)
+        if prev.label != r.label:
+            raise DataError(name, r.line, "label", f"claim {r.id!r} of {r.dataset!r} is labelled "
+                            f"{prev.label!r} at line {prev.line} and {r.label!r} at line {r.line}: a file "
+                            "gives each claim one label")
 
 
 def read_claims_csv(path: Path) -> list[IncomingClaim]:

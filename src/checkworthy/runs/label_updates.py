@@ -29,6 +29,7 @@ from checkworthy.data import validation
 from checkworthy.data.datasets import load_dataset, sha256_file
 from checkworthy.data.label_files import LabelRow, label_files_in, read_claims_csv, read_label_csv, set_aside
 from checkworthy.errors import DataError
+from checkworthy.runs.label_gate import lineage_bounds
 from checkworthy.store import label_updates as history
 from checkworthy.store import lineages as lineage_store
 from checkworthy.store import review_queue, validations
@@ -90,18 +91,25 @@ def _resolve(conn: Connection, path: Path, rows: Sequence[LabelRow]) -> dict[tup
 def plan_update(
     conn: Connection, path: Path, rows: Sequence[LabelRow]
 ) -> tuple[list[Candidate], dict[tuple[str, str], dict[str, Any]]]:
-    """The candidate set of every lineage the rows touch, and each row's claim."""
+    """The candidate set of every lineage the rows touch, and each row's claim.
+
+    A row touches a lineage when its claim is in the lineage's head, is one of the team's own
+    claims the lineage calibrates (a target that is not held out: a ``predict`` batch, the API's
+    claims, newly arrived ones), or is of a dataset of the head and in none of its held-out
+    targets (whose labels are gold only).
+    """
     resolved = _resolve(conn, path, rows)
+    known = [v["claim_id"] for v in resolved.values() if v["claim_id"] is not None]
     candidates = []
     for name, head_id in sorted(lineage_store.heads(conn).items()):
         base = validations.label_set_rows(conn, head_id)
         in_head = {(r["dataset"], r["source_id"]) for r in base}
         datasets = {r["dataset"] for r in base}
-        targets = {i for t, ids in lineage_store.target_claim_ids(conn, name).items()
-                   if not t.endswith(lineage_store.INCOMING) for i in ids}
+        held_out = lineage_store.held_out_claim_ids(conn, name)
+        own = lineage_store.own_claim_ids(conn, name, known)
         mine = [r for r in rows
-                if (r.dataset, r.id) in in_head
-                or (r.dataset in datasets and resolved[(r.dataset, r.id)]["claim_id"] not in targets)]
+                if (r.dataset, r.id) in in_head or resolved[(r.dataset, r.id)]["claim_id"] in own
+                or (r.dataset in datasets and resolved[(r.dataset, r.id)]["claim_id"] not in held_out)]
         if not mine:
             continue
         touched = {(r.dataset, r.id) for r in mine}
@@ -162,8 +170,8 @@ def apply_label_file(
             return _outcome_of(conn, done)
         candidates, resolved = check_label_file(conn, path, rows)
         outcomes = [validation.run_suite(
-            validation.build_frame(c.rows, validations.target_texts(conn, c.name)), bounds)
-            for c in candidates]
+            validation.build_frame(c.rows, validations.target_texts(conn, c.name)),
+            lineage_bounds(conn, c.name, bounds)) for c in candidates]
         ok = all(o.success for o in outcomes)
         n_new = _count_new_labels(conn, rows, resolved) if ok else 0
         update_id = history.insert_update(conn, sha, str(path), source, "applied" if ok else "rejected",

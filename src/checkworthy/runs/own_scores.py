@@ -30,6 +30,7 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.lineages import LABELLED_SPLIT, adopt_label_set, register_target
 from checkworthy.store.review_queue import entries_of_run
 from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 
@@ -180,12 +181,15 @@ def labelled_lineage(labelled: Path) -> str:
 
 
 def store_labelled(conn: Connection, labelled: Path, lab: list[Row], lineage: str | None = None) -> int:
-    """Store a labelled file's claims and labels and freeze them as a label set of ``lineage``
-    (default: the file's own, :func:`labelled_lineage`); return the label set's id."""
+    """Store a labelled file's claims and labels, freeze them as a label set of ``lineage``
+    (default: the file's own, :func:`labelled_lineage`) and version the lineage with it
+    (:func:`checkworthy.store.lineages.adopt_label_set`); return the label set in force."""
     dataset = upload_dataset(labelled)  # the file's hash: once, not once a row
     l_ids = store.store_claims_with_labels(
-        conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab], f"file:{labelled}")
-    return store.create_label_set(conn, lineage or labelled_lineage(labelled), l_ids)
+        conn, [store.NewClaim(dataset, LABELLED_SPLIT, r.id, r.text, r.label) for r in lab],
+        f"file:{labelled}")
+    name = lineage or labelled_lineage(labelled)
+    return adopt_label_set(conn, name, store.create_label_set(conn, name, l_ids))
 
 
 def store_files(
@@ -193,7 +197,8 @@ def store_files(
     lineage: str | None = None,
 ) -> StoredFiles:
     """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
-    embed their texts and freeze L as a label set of ``lineage`` (default: L's own), in one
+    embed their texts, version ``lineage`` (default: L's own) with L (:func:`store_labelled`) and
+    register U as a target of the lineage whose labels join it (the team's own batch), in one
     transaction. A named lineage's target names it too: a run is keyed by its labels' content, not
     their lineage, so the run of the same files under another lineage is not reused for it."""
     params = {"labeled_sha256": sha256_file(labelled), "unlabeled_sha256": sha256_file(unlabelled)}
@@ -204,7 +209,8 @@ def store_files(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
             f"file:{unlabelled}")
         ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
-    target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
+        target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
+        register_target(conn, target, lineage or labelled_lineage(labelled), u_ids, held_out=False)
     return StoredFiles(lab, unl, params, u_ids, ls, target)
 
 

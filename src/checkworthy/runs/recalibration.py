@@ -72,6 +72,9 @@ from checkworthy.runs.calibration_run import (
     run_calibration,
 )
 from checkworthy.runs.review_queue import queue_run
+from checkworthy.runs.scoring import score_missing
+from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.registry import PromptInfo
 from checkworthy.store import recalibration as recal_store
 from checkworthy.store.calibration_runs import (
     close_abandoned_runs,
@@ -94,6 +97,7 @@ from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
     ScoreKey,
     claim_scores,
+    claim_text_hashes,
     current_labels,
     label_set_claims_without_score,
     label_set_fingerprint,
@@ -570,16 +574,50 @@ def recalibrate_lineage(
             for r in runs if r["target"] in targets]
 
 
-def unscored_in_force(conn: Connection, label_set_name: str, label_set_id: int) -> dict[str, list[int]]:
-    """Claims of a label set with no stored prediction under a score key in force, by model spec.
+def unscored_in_force(conn: Connection, label_set_name: str, label_set_id: int
+                      ) -> dict[tuple[str, str, str], list[int]]:
+    """Claims of a label set with no stored prediction under a score key in force, by the key's
+    (model spec, params hash, prompt version).
 
     Newly labelled claims must be scored (and embedded) before they can act as neighbours.
     """
-    out: dict[str, list[int]] = {}
+    out: dict[tuple[str, str, str], list[int]] = {}
     for run in runs_in_force(conn, label_set_name):
         key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
         ids = label_set_claims_without_score(conn, label_set_id, key)
         if ids:
-            spec = model_spec(conn, run["model_id"])
+            spec = (model_spec(conn, run["model_id"]), run["params_hash"], run["prompt_version"])
             out[spec] = sorted(set(out.get(spec, [])) | set(ids))
     return out
+
+
+@dataclass(frozen=True)
+class Unscorable:
+    """Newly labelled claims no configured scorer gives the run's scores for: they join the label
+    set, but act as neighbours only once scored under the run's key."""
+
+    model: str
+    claim_ids: list[int]
+    reason: str
+
+
+def score_unscored_in_force(
+    engine: Engine, label_set_name: str, label_set_id: int,
+    scorer_for: Callable[[str, str, str], tuple[Scorer, PromptInfo]],
+) -> tuple[int, list[Unscorable]]:
+    """Score the label set's claims each score key in force lacks, with the scorer that gives
+    that key's scores (``scorer_for(model spec, params hash, prompt version)``, ValueError when
+    none does); return how many texts were scored and what could not be."""
+    with engine.connect() as conn:
+        missing = unscored_in_force(conn, label_set_name, label_set_id)
+    n, left = 0, []
+    for (spec, params_hash, prompt_version), ids in sorted(missing.items()):
+        try:
+            scorer, prompt = scorer_for(spec, params_hash, prompt_version)
+        except ValueError as exc:
+            left.append(Unscorable(spec, ids, str(exc)))
+            continue
+        with engine.connect() as conn:
+            hashes = claim_text_hashes(conn, ids)
+        n += score_missing(engine, scorer, hashes, prompt)[0]
+    return n, left

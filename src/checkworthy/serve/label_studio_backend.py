@@ -15,8 +15,8 @@ Label Studio calls ``POST /setup`` when the backend is connected (and before eac
   ``checkworthy.labels.updated`` that the adapt deployment reacts to). It is checked before
   anything is written and answered at once (Label Studio waits a second for a webhook); the
   update runs after the answer, one at a time. An annotation of another project, of a task
-  without a stored claim of the lineage's dataset, or with a bad choice is refused with one JSON
-  line; the same annotation again is the same label file, so the same update: nothing new.
+  whose claim the lineage neither holds nor calibrates, or with a bad choice is refused with one
+  JSON line; the same annotation again is the same label file, so the same update: nothing new.
 
 The official ``label-studio-ml`` package is not used: its PyPI release (1.0.9, 2023) pins Flask
 1.1.2, Jinja2 3.0.3 and Werkzeug 2.0.2, which clash with our stack; the routes are few.
@@ -48,6 +48,7 @@ from checkworthy.runs.served_run import ServedRun
 from checkworthy.serve.app import ApiError, json_errors
 from checkworthy.serve.served import CurrentRun, Selection
 from checkworthy.store.label_updates import find_update, stored_claims
+from checkworthy.store.lineages import claims_of_lineage
 
 log = logging.getLogger("checkworthy.label_studio")
 ANNOTATION_ACTIONS = ("ANNOTATION_CREATED", "ANNOTATION_UPDATED")
@@ -108,8 +109,8 @@ class Annotations:
         self._lock = threading.Lock()  # guards _pending
         self._pending: set[str] = set()
 
-    def receive(self, body: Mapping[str, Any], dataset: str, background: BackgroundTasks) -> Any:
-        """A webhook's event: an annotation of a task of ``dataset`` checked and queued (202), an
+    def receive(self, body: Mapping[str, Any], lineage: str, background: BackgroundTasks) -> Any:
+        """A webhook's event: an annotation of a task of ``lineage`` checked and queued (202), an
         answer seen before (200), or a refusal (:class:`ApiError`); other events are ignored."""
         action = body.get("action")
         if action not in ANNOTATION_ACTIONS:
@@ -133,7 +134,7 @@ class Annotations:
         folder = tempfile.TemporaryDirectory(prefix="label-studio-")
         try:
             path = Path(folder.name) / f"label-studio-{pid}-task-{task.get('id')}.csv"
-            self.check(answer, task, dataset, path)
+            self.check(answer, task, lineage, path)
             state, done = self.claim(path)
         except BaseException:
             folder.cleanup()
@@ -148,19 +149,22 @@ class Annotations:
         background.add_task(self.apply, path, folder)
         return summary | {"status": "accepted"}
 
-    def check(self, answer: label_studio.Answer, task: Mapping[str, Any], dataset: str, path: Path) -> None:
+    def check(self, answer: label_studio.Answer, task: Mapping[str, Any], lineage: str, path: Path) -> None:
         """Write the answer's label file at ``path`` and check it as ``labels add`` does (a known
-        claim) and against the task (a claim of ``dataset``; the same claim id when the task names
-        one)."""
+        claim) and against the task (a claim ``lineage`` holds or calibrates; the same claim id
+        when the task names one)."""
         where = f"Label Studio task {task.get('id')}"
-        if answer.dataset != dataset:
-            raise ApiError(422, "other_dataset", f"{where}: claim {answer.id!r} is of {answer.dataset!r}; "
-                           f"this backend labels the lineage's dataset {dataset!r}", "task.data.dataset")
+        key = (answer.dataset, answer.id)
+        with self.engine.connect() as conn:
+            ours = key in claims_of_lineage(conn, lineage, [key])
+        if not ours:
+            raise ApiError(422, "other_lineage", f"{where}: claim {answer.id!r} of {answer.dataset!r} is "
+                           f"not a claim lineage {lineage!r} holds or calibrates", "task.data.source_id")
         write_label_file([answer], path)
         try:
             with self.engine.connect() as conn:
                 check_label_file(conn, path, read_label_csv(path))
-                stored = stored_claims(conn, [(answer.dataset, answer.id)]).get((answer.dataset, answer.id))
+                stored = stored_claims(conn, [key]).get(key)
         except DataError as exc:
             raise ApiError(422, "unknown_claim", f"{where}: {exc.problem}", "task.data.source_id") from None
         claimed = (task.get("data") or {}).get("claim_id")
@@ -208,13 +212,13 @@ def predictions(served: ServedRun, engine: Engine, tasks: Sequence[Mapping[str, 
                 ) -> list[dict[str, Any]]:
     """One prediction per task: the run's decision as the ``checkworthy`` choice and ``score`` =
     1 - review priority (0 at the threshold: the most uncertain sort first). A task without a
-    stored claim of the lineage's dataset, or whose claim has no usable score, gets an empty
+    stored claim the lineage holds or calibrates, or whose claim has no usable score, gets an empty
     result and score 0 (a person decides)."""
     version = model_version(served)
-    keys = [_task_claim(t, served.dataset) for t in tasks]
+    keys = [_task_claim(t) for t in tasks]
     with engine.connect() as conn:
-        found = stored_claims(conn, [k for k in keys if k is not None])
-    ids = [found[k]["claim_id"] if k in found else None for k in keys]
+        found = claims_of_lineage(conn, served.lineage, [k for k in keys if k is not None])
+    ids = [found.get(k) if k is not None else None for k in keys]
     got = served.calibrate_stored(sorted({i for i in ids if i is not None})) if any(ids) else None
     by_claim: dict[int, tuple[float, int]] = {}
     if got is not None:
@@ -233,9 +237,9 @@ def predictions(served: ServedRun, engine: Engine, tasks: Sequence[Mapping[str, 
     return out
 
 
-def _task_claim(task: Mapping[str, Any], dataset: str) -> tuple[str, str] | None:
+def _task_claim(task: Mapping[str, Any]) -> tuple[str, str] | None:
     data = task.get("data") if isinstance(task, Mapping) else None
-    if not isinstance(data, Mapping) or data.get("dataset") != dataset or data.get("source_id") in (None, ""):
+    if not isinstance(data, Mapping) or any(data.get(f) in (None, "") for f in ("dataset", "source_id")):
         return None
     return str(data["dataset"]), str(data["source_id"])
 
@@ -282,6 +286,6 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/webhook", status_code=202)
     def webhook(body: Annotated[dict[str, Any], Body()], background: BackgroundTasks) -> Any:
         """An annotation becomes a label update (after this answer); other events are ignored."""
-        return annotations.receive(body, current.get().dataset, background)
+        return annotations.receive(body, current.get().lineage, background)
 
     return app

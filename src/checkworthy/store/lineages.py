@@ -15,10 +15,14 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
 from checkworthy.errors import StoreBusy
+from checkworthy.store.rows import create_label_set, label_set_claims
 
 #: the target of a dataset's newly arrived claims (``<dataset>:incoming``): production claims, not a
 #: held-out split, so a person's label for one joins the lineage (the review queue's loop)
 INCOMING = ":incoming"
+#: the split of the claims of a team's labelled file (``predict --labeled``): what a new version of
+#: the file replaces, while the claims the team labelled since from other splits stay
+LABELLED_SPLIT = "labeled"
 LABELS_LOCK = 7_2024_0003  # one label update at a time (DVC and the version log)
 #: how long a label update waits for that lock (another update takes seconds); env overrides
 LOCK_WAIT = os.environ.get("CHECKWORTHY_LOCK_TIMEOUT", "60s")
@@ -106,6 +110,52 @@ def ensure_head(conn: Connection, label_set_id: int, data_version_id: int | None
     return head
 
 
+def adopt_label_set(conn: Connection, name: str, label_set_id: int) -> int:
+    """The label set lineage ``name`` calibrates with once a team's file (frozen as
+    ``label_set_id`` by ``predict``, ``calibrate`` or ``adapt``) is given for it; versions it.
+
+    A lineage without a head gets the file's set as its first version. A file whose claims the
+    head already holds (the same file again, perhaps with labels corrected since) leaves the head
+    in force: the label updates since define the lineage. A file with claims the head lacks (the
+    team edited its file) becomes a new version (``file``): its claims, plus the head's claims
+    that came from no labelled file (batch, API and label-file claims the team labelled since)
+    and whose text the file does not hold.
+    """
+    lock_labels(conn)
+    head = lineage_head(conn, name)
+    if head is None:
+        set_head(conn, name, label_set_id, "initial")
+        return label_set_id
+    if head == label_set_id or _holds_every_claim(conn, head, label_set_id):
+        return head
+    kept = list(conn.execute(
+        text(
+            """SELECT i.claim_id FROM label_set_items i JOIN claims c ON c.id = i.claim_id
+               WHERE i.label_set_id = :h AND c.split <> :labelled
+                 AND c.text_hash NOT IN (SELECT c2.text_hash FROM label_set_items i2
+                                         JOIN claims c2 ON c2.id = i2.claim_id WHERE i2.label_set_id = :s)"""
+        ),
+        {"h": head, "s": label_set_id, "labelled": LABELLED_SPLIT},
+    ).scalars())
+    new_id = label_set_id
+    if kept:
+        new_id = create_label_set(conn, name, label_set_claims(conn, label_set_id) + kept)
+    set_head(conn, name, new_id, "file")
+    return new_id
+
+
+def _holds_every_claim(conn: Connection, head: int, label_set_id: int) -> bool:
+    """Whether label set ``head`` holds every claim of ``label_set_id``."""
+    return not conn.execute(
+        text(
+            """SELECT EXISTS (SELECT 1 FROM label_set_items i WHERE i.label_set_id = :s
+                 AND NOT EXISTS (SELECT 1 FROM label_set_items h
+                                 WHERE h.label_set_id = :h AND h.claim_id = i.claim_id))"""
+        ),
+        {"s": label_set_id, "h": head},
+    ).scalar_one()
+
+
 def heads(conn: Connection) -> dict[str, int]:
     """Every lineage and its head label set."""
     rows = conn.execute(
@@ -160,14 +210,22 @@ def lineages_for_dataset(conn: Connection, dataset: str, names: Sequence[str] | 
 # --------------------------------------------------------------------------- targets
 
 
-def register_target(conn: Connection, target: str, label_set_name: str, claim_ids: Sequence[int]) -> None:
-    """Name the claims a lineage calibrates (needed by the leakage check and by recalibration)."""
+def register_target(conn: Connection, target: str, label_set_name: str, claim_ids: Sequence[int],
+                    held_out: bool | None = None) -> None:
+    """Name the claims a lineage calibrates (needed by the leakage check and by recalibration).
+
+    ``held_out``: a split the lineage is measured on, whose labels are gold only; False for the
+    team's own claims (a batch, the API's, newly arrived ones), whose labels join the lineage.
+    None: held out unless the target is a dataset's newly arrived claims (:data:`INCOMING`).
+    """
+    if held_out is None:
+        held_out = not target.endswith(INCOMING)
     conn.execute(
         text(
-            """INSERT INTO calibration_targets (name, label_set_name) VALUES (:t, :n)
+            """INSERT INTO calibration_targets (name, label_set_name, held_out) VALUES (:t, :n, :h)
                ON CONFLICT DO NOTHING"""
         ),
-        {"t": target, "n": label_set_name},
+        {"t": target, "n": label_set_name, "h": held_out},
     )
     conn.execute(
         text(
@@ -193,3 +251,53 @@ def target_claim_ids(conn: Connection, label_set_name: str) -> dict[str, list[in
         out.setdefault(r.name, []).append(r.claim_id)
     return out
 
+
+
+def held_out_claim_ids(conn: Connection, label_set_name: str) -> set[int]:
+    """The claims of a lineage's held-out targets: a label for one is gold only."""
+    return set(conn.execute(
+        text(
+            """SELECT tc.claim_id FROM calibration_targets t JOIN target_claims tc ON tc.target = t.name
+               WHERE t.label_set_name = :n AND t.held_out"""
+        ),
+        {"n": label_set_name},
+    ).scalars())
+
+
+def own_claim_ids(conn: Connection, label_set_name: str, claim_ids: Sequence[int]) -> set[int]:
+    """Those of ``claim_ids`` in a target of the lineage that is not held out (the team's own
+    claims: a label for one joins the lineage)."""
+    return set(conn.execute(
+        text(
+            """SELECT DISTINCT tc.claim_id FROM calibration_targets t
+               JOIN target_claims tc ON tc.target = t.name WHERE t.label_set_name = :n AND NOT t.held_out
+                 AND tc.claim_id = ANY(:c)"""
+        ),
+        {"n": label_set_name, "c": list(map(int, claim_ids))},
+    ).scalars())
+
+
+def measured_lineages(conn: Connection) -> set[str]:
+    """The lineages with a held-out target (the main job's: measured on a held-out split)."""
+    return set(conn.execute(text("SELECT DISTINCT label_set_name FROM calibration_targets WHERE held_out"))
+               .scalars())
+
+
+def claims_of_lineage(conn: Connection, name: str, keys: Sequence[tuple[str, str]]
+                      ) -> dict[tuple[str, str], int]:
+    """The claims among ``(dataset, source_id)`` keys that lineage ``name`` holds (its head) or
+    calibrates (its targets), by key: the claims a person labels for it."""
+    rows = conn.execute(
+        text(
+            """SELECT c.id, c.dataset, c.source_id FROM unnest(CAST(:d AS text[]), CAST(:i AS text[]))
+                 AS u(dataset, source_id)
+               JOIN claims c ON c.dataset = u.dataset AND c.source_id = u.source_id
+               WHERE EXISTS (SELECT 1 FROM label_set_items i WHERE i.claim_id = c.id AND i.label_set_id =
+                             (SELECT v.label_set_id FROM label_set_versions v WHERE v.name = :n
+                              ORDER BY v.id DESC LIMIT 1))
+                  OR EXISTS (SELECT 1 FROM calibration_targets t JOIN target_claims tc ON tc.target = t.name
+                             WHERE t.label_set_name = :n AND tc.claim_id = c.id)"""
+        ),
+        {"n": name, "d": [k[0] for k in keys], "i": [k[1] for k in keys]},
+    ).all()
+    return {(r.dataset, r.source_id): r.id for r in rows}

@@ -14,7 +14,6 @@ from sqlalchemy import Connection, text
 
 from checkworthy.data.datasets import normalise_text
 from checkworthy.data.validation import SUITE_NAME, SuiteOutcome
-from checkworthy.store.lineages import INCOMING
 
 
 def label_set_rows(conn: Connection, label_set_id: int) -> list[dict[str, Any]]:
@@ -30,16 +29,17 @@ def label_set_rows(conn: Connection, label_set_id: int) -> list[dict[str, Any]]:
 
 
 def target_texts(conn: Connection, label_set_name: str) -> dict[str, list[int]]:
-    """Normalised texts of the held-out claims a lineage calibrates (every target but the incoming
-    ones), with their claim ids: no calibration claim may share one."""
+    """Normalised texts of the held-out claims a lineage calibrates (its held-out targets: not
+    the team's own claims, whose labels join it), with their claim ids: no calibration claim may
+    share one."""
     rows = conn.execute(
         text(
             """SELECT tc.claim_id, t.text FROM calibration_targets ct
                JOIN target_claims tc ON tc.target = ct.name JOIN claims c ON c.id = tc.claim_id
                JOIN texts t ON t.text_hash = c.text_hash
-               WHERE ct.label_set_name = :n AND right(ct.name, length(:inc)) <> :inc"""
+               WHERE ct.label_set_name = :n AND ct.held_out"""
         ),
-        {"n": label_set_name, "inc": INCOMING},
+        {"n": label_set_name},
     ).all()
     out: dict[str, list[int]] = {}
     for r in rows:

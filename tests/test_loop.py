@@ -1,0 +1,198 @@
+"""The team's loop on a ``predict`` lineage: predict -> label the batch's claims -> a new version
+through the gate -> recalibrated -> served from the new run; the same through Label Studio's ML
+backend.
+
+``predict`` and ``labels add`` run as the real console script on a scratch data project (git + DVC,
+its own remote; a fresh database; imported scores as the model, so that nothing here waits on a
+network); the API and the Label Studio backend run in this process on loopback, as a user runs them.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from checkworthy.config import load_params
+from checkworthy.data.datasets import load_clef
+from checkworthy.runs.own_scores import upload_dataset
+from checkworthy.serve.app import create_app
+from checkworthy.serve.label_studio_backend import LabelFlow, create_backend
+from checkworthy.serve.served import Selection
+from checkworthy.store import api_keys, lineages
+from checkworthy.store.audit import table_counts
+from checkworthy.store.served_runs import newest_run
+from checkworthy.testing.claims import write_csv
+from checkworthy.testing.datasets import raw_path
+from checkworthy.testing.loopback import LoopbackServer
+from checkworthy.testing.scratch_project import (
+    fresh_database,
+    make_scratch_project,
+    project_env,
+    run_cli,
+)
+
+pytestmark = pytest.mark.slow
+LINEAGE = "team-desk"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, db_url):
+    """A scratch project, its own database, and a ``predict --name team-desk`` run: 40 labelled
+    CLEF train claims (L) and 30 dev-test claims (U, the team's batch)."""
+    tmp = tmp_path_factory.mktemp("loop")
+    with fresh_database(db_url, f"checkworthy_loop_{os.getpid()}") as url:
+        engine = create_engine(url)
+        try:
+            proj = make_scratch_project(tmp, url, 7007)
+            env = project_env(proj, url, tmp / "prefect-home")
+            train, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")
+            test, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+            lab = [c for c in train if c.label == 1][:20] + [c for c in train if c.label == 0][:20]
+            labelled = write_csv(tmp / "L.csv", ["id", "text", "label"],
+                                 [(c.source_id, c.text, c.label) for c in lab])
+            batch = test[:30]
+            unlabelled = write_csv(tmp / "U.csv", ["id", "text"], [(c.source_id, c.text) for c in batch])
+            model = f"file:{proj['scores']}"
+            done = run_cli(["predict", "--labeled", str(labelled), "--unlabeled", str(unlabelled),
+                            "--out", str(tmp / "OUT.csv"), "--name", LINEAGE, "--model", model,
+                            "--score-kind", "imported", "--k", "5"], env, proj["repo"])
+            assert done.returncode == 0, done.stdout + done.stderr
+            with engine.connect() as conn:
+                first = newest_run(conn, LINEAGE)
+            yield proj | {"engine": engine, "env": env, "url": url, "batch": batch, "first": first,
+                          "batch_dataset": upload_dataset(unlabelled)}
+        finally:
+            engine.dispose()
+
+
+def _answers(path, dataset: str, rows: list[tuple[str, int]]):
+    return write_csv(path, ["id", "dataset", "label", "source"],
+                     [(i, dataset, y, "annotator:ann") for i, y in rows])
+
+
+def test_a_predict_lineage_has_a_head_from_its_first_run(project):
+    with project["engine"].connect() as conn:
+        log = lineages.version_log(conn, LINEAGE)
+    assert [v["reason"] for v in log] == ["initial"] and log[0]["n_items"] == 40
+    done = run_cli(["labels", "versions", LINEAGE], project["env"], project["repo"])
+    assert done.returncode == 0 and "v1: label set" in done.stdout
+
+
+def test_conflicting_labels_in_one_file_are_refused_naming_both_rows(project):
+    engine, batch = project["engine"], project["batch"]
+    path = _answers(project["tmp"] / "conflict.csv", project["batch_dataset"],
+                    [(batch[0].source_id, 1), (batch[1].source_id, 0), (batch[0].source_id, 0)])
+    before = table_counts(engine)
+    done = run_cli(["labels", "add", str(path)], project["env"], project["repo"])
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "Traceback" not in done.stderr
+    assert "line 2" in line and "line 4" in line and "label" in line
+    assert table_counts(engine) == before
+
+
+def test_labels_on_the_batch_version_gate_recalibrate_and_serve_the_lineage(project):
+    """labels added -> new version (validated) -> new run -> the API answers from it."""
+    engine, batch, env = project["engine"], project["batch"], project["env"]
+    answered = [(c.source_id, c.label) for c in batch[:12]]
+    path = _answers(project["tmp"] / "answers.csv", project["batch_dataset"], answered)
+    done = run_cli(["labels", "add", str(path)], env, project["repo"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{LINEAGE}: new label set version" in done.stdout
+    with engine.connect() as conn:
+        log = lineages.version_log(conn, LINEAGE)
+        head = lineages.lineage_head(conn, LINEAGE)
+        update_id = log[-1]["update_id"]
+        gated = conn.execute(text("SELECT count(*) FROM validation_runs WHERE label_update_id = :u "
+                                  "AND label_set_name = :n"), {"u": update_id, "n": LINEAGE}).scalar_one()
+        event = conn.execute(text("SELECT payload FROM change_events WHERE kind = 'labels' "
+                                  "ORDER BY id DESC LIMIT 1")).scalar_one()
+        new_run = newest_run(conn, LINEAGE)
+        run_ls = conn.execute(text("SELECT label_set_id FROM calibration_runs WHERE id = :r"),
+                              {"r": new_run}).scalar_one()
+    assert [v["reason"] for v in log] == ["initial", "labels"] and log[-1]["n_items"] == 40 + 12
+    assert gated == 1  # the Great Expectations suite ran on the lineage's candidate set
+    assert LINEAGE in event["label_set_names"]  # checkworthy.labels.updated names the lineage
+    assert new_run != project["first"] and run_ls == head  # recalibrated on the new head
+    assert f"run {new_run}: " in done.stdout
+    versions = run_cli(["labels", "versions", LINEAGE], env, project["repo"])
+    assert "v2: label set" in versions.stdout
+
+    # the API serves the lineage's newest run: the recalibrated one
+    with engine.begin() as conn:
+        _, key = api_keys.create_key(conn, "loop-scorer", "scorer")
+    server = LoopbackServer(create_app(engine, Selection(LINEAGE), load_params(project["params"])))
+    try:
+        r = httpx.post(f"{server.url}/score/text", json={"text": batch[20].text},
+                       headers={"X-API-Key": key}, timeout=120)
+    finally:
+        server.close()
+    assert r.status_code == 200, r.text
+    assert r.json()["served_run"]["run_id"] == new_run
+    assert r.json()["served_run"]["label_set_id"] == head
+
+
+def test_label_studio_annotation_on_a_predict_lineage_versions_it(project, harness):
+    """The ML backend takes an annotation of one of the batch's claims through the same path."""
+    engine, batch = project["engine"], project["batch"]
+    with engine.connect() as conn:
+        before = lineages.lineage_head(conn, LINEAGE)
+        claim = conn.execute(text("SELECT id FROM claims WHERE dataset = :d AND source_id = :s"),
+                             {"d": project["batch_dataset"], "s": batch[25].source_id}).scalar_one()
+    flow = LabelFlow(project["repo"], project["params"], project["url"])
+    app = create_backend(engine, Selection(LINEAGE), load_params(project["params"]), [1], flow)
+    server = LoopbackServer(app)
+    try:
+        body = {"action": "ANNOTATION_CREATED", "project": {"id": 1},
+                "task": {"id": 9001, "project": 1,
+                         "data": {"text": batch[25].text, "source_id": batch[25].source_id,
+                                  "dataset": project["batch_dataset"], "claim_id": claim}},
+                "annotation": {"id": 1, "project": 1, "completed_by": 7,
+                               "result": [{"from_name": "checkworthy", "to_name": "text", "type": "choices",
+                                           "value": {"choices": ["Yes" if batch[25].label else "No"]}}]}}
+        r = httpx.post(f"{server.url}/webhook", json=body, timeout=600)
+    except BaseException:
+        server.close()
+        raise
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 600  # the update runs after the answer (Label Studio waits a second)
+    while True:
+        with engine.connect() as conn:
+            after = lineages.lineage_head(conn, LINEAGE)
+            new_run = newest_run(conn, LINEAGE)
+            run_ls = conn.execute(text("SELECT label_set_id FROM calibration_runs WHERE id = :r"),
+                                  {"r": new_run}).scalar_one()
+        if (after != before and run_ls == after) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    server.close()
+    with engine.connect() as conn:
+        members = set(conn.execute(text("SELECT claim_id FROM label_set_items WHERE label_set_id = :s"),
+                                   {"s": after}).scalars())
+    assert after != before and claim in members and run_ls == after
+
+
+def test_predict_again_with_the_same_file_calibrates_with_the_head(project):
+    """The same L file again keeps the head in force (the labels added since define the lineage)."""
+    engine, tmp = project["engine"], project["tmp"]
+    with engine.connect() as conn:
+        head = lineages.lineage_head(conn, LINEAGE)
+        n_versions = len(lineages.version_log(conn, LINEAGE))
+    batch2 = write_csv(tmp / "U2.csv", ["id", "text"], [(c.source_id, c.text) for c in project["batch"][12:20]])
+    done = run_cli(["predict", "--labeled", str(tmp / "L.csv"), "--unlabeled", str(batch2),
+                    "--out", str(tmp / "OUT2.csv"), "--name", LINEAGE, "--model", f"file:{project['scores']}",
+                    "--score-kind", "imported", "--k", "5"], project["env"], project["repo"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    with engine.connect() as conn:
+        run = newest_run(conn, LINEAGE)
+        run_ls = conn.execute(text("SELECT label_set_id FROM calibration_runs WHERE id = :r"),
+                              {"r": run}).scalar_one()
+        assert len(lineages.version_log(conn, LINEAGE)) == n_versions
+    assert run_ls == head
+    with open(tmp / "OUT2.csv", newline="", encoding="utf-8") as fh:
+        assert len(list(csv.DictReader(fh))) == 8
