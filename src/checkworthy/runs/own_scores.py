@@ -30,7 +30,7 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
-from checkworthy.store.lineages import LABELLED_SPLIT, adopt_label_set, register_target
+from checkworthy.store.lineages import adopt_label_set, register_target
 from checkworthy.store.review_queue import entries_of_run
 from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 
@@ -186,7 +186,7 @@ def store_labelled(conn: Connection, labelled: Path, lab: list[Row], lineage: st
     (:func:`checkworthy.store.lineages.adopt_label_set`); return the label set in force."""
     dataset = upload_dataset(labelled)  # the file's hash: once, not once a row
     l_ids = store.store_claims_with_labels(
-        conn, [store.NewClaim(dataset, LABELLED_SPLIT, r.id, r.text, r.label) for r in lab],
+        conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab],
         f"file:{labelled}")
     name = lineage or labelled_lineage(labelled)
     return adopt_label_set(conn, name, store.create_label_set(conn, name, l_ids))

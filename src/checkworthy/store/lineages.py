@@ -15,14 +15,10 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
 from checkworthy.errors import StoreBusy
-from checkworthy.store.rows import create_label_set, label_set_claims
 
 #: the target of a dataset's newly arrived claims (``<dataset>:incoming``): production claims, not a
 #: held-out split, so a person's label for one joins the lineage (the review queue's loop)
 INCOMING = ":incoming"
-#: the split of the claims of a team's labelled file (``predict --labeled``): what a new version of
-#: the file replaces, while the claims the team labelled since from other splits stay
-LABELLED_SPLIT = "labeled"
 LABELS_LOCK = 7_2024_0003  # one label update at a time (DVC and the version log)
 #: how long a label update waits for that lock (another update takes seconds); env overrides
 LOCK_WAIT = os.environ.get("CHECKWORTHY_LOCK_TIMEOUT", "60s")
@@ -111,49 +107,17 @@ def ensure_head(conn: Connection, label_set_id: int, data_version_id: int | None
 
 
 def adopt_label_set(conn: Connection, name: str, label_set_id: int) -> int:
-    """The label set lineage ``name`` calibrates with once a team's file (frozen as
-    ``label_set_id`` by ``predict``, ``calibrate`` or ``adapt``) is given for it; versions it.
-
-    A lineage without a head gets the file's set as its first version. A file whose claims the
-    head already holds (the same file again, perhaps with labels corrected since) leaves the head
-    in force: the label updates since define the lineage. A file with claims the head lacks (the
-    team edited its file) becomes a new version (``file``): its claims, plus the head's claims
-    that came from no labelled file (batch, API and label-file claims the team labelled since)
-    and whose text the file does not hold.
-    """
+    """The label set lineage ``name`` calibrates with when a team's file (frozen as
+    ``label_set_id`` by ``predict``, ``calibrate`` or ``adapt``) is given for it: a lineage
+    without a head gets it as its first version; otherwise the head stays in force, since a
+    lineage is of one file (its name is the file's hash, or a ``--name`` checked to be of no
+    other file) and the label updates since its first version define it."""
     lock_labels(conn)
     head = lineage_head(conn, name)
     if head is None:
         set_head(conn, name, label_set_id, "initial")
         return label_set_id
-    if head == label_set_id or _holds_every_claim(conn, head, label_set_id):
-        return head
-    kept = list(conn.execute(
-        text(
-            """SELECT i.claim_id FROM label_set_items i JOIN claims c ON c.id = i.claim_id
-               WHERE i.label_set_id = :h AND c.split <> :labelled
-                 AND c.text_hash NOT IN (SELECT c2.text_hash FROM label_set_items i2
-                                         JOIN claims c2 ON c2.id = i2.claim_id WHERE i2.label_set_id = :s)"""
-        ),
-        {"h": head, "s": label_set_id, "labelled": LABELLED_SPLIT},
-    ).scalars())
-    new_id = label_set_id
-    if kept:
-        new_id = create_label_set(conn, name, label_set_claims(conn, label_set_id) + kept)
-    set_head(conn, name, new_id, "file")
-    return new_id
-
-
-def _holds_every_claim(conn: Connection, head: int, label_set_id: int) -> bool:
-    """Whether label set ``head`` holds every claim of ``label_set_id``."""
-    return not conn.execute(
-        text(
-            """SELECT EXISTS (SELECT 1 FROM label_set_items i WHERE i.label_set_id = :s
-                 AND NOT EXISTS (SELECT 1 FROM label_set_items h
-                                 WHERE h.label_set_id = :h AND h.claim_id = i.claim_id))"""
-        ),
-        {"s": label_set_id, "h": head},
-    ).scalar_one()
+    return head
 
 
 def heads(conn: Connection) -> dict[str, int]:
@@ -177,12 +141,17 @@ def version_log(conn: Connection, name: str) -> list[Mapping[str, Any]]:
 
 
 def lineage_datasets(conn: Connection, name: str) -> list[str]:
-    """The datasets of the claims in a lineage's label sets, every version's (none for a name
-    not in use): a user's file's lineage holds its file's dataset only."""
+    """The datasets of the claims in a lineage's label sets, every version's, but for the team's
+    own claims it calibrates and labelled since (a batch, the API's): a user's file's lineage
+    holds its file's dataset only (none for a name not in use)."""
     return list(conn.execute(
         text(
             """SELECT DISTINCT c.dataset FROM label_sets ls JOIN label_set_items i ON i.label_set_id = ls.id
-               JOIN claims c ON c.id = i.claim_id WHERE ls.name = :n ORDER BY c.dataset"""
+               JOIN claims c ON c.id = i.claim_id
+               WHERE ls.name = :n AND NOT EXISTS (
+                 SELECT 1 FROM calibration_targets t JOIN target_claims tc ON tc.target = t.name
+                 WHERE t.label_set_name = :n AND NOT t.held_out AND tc.claim_id = c.id)
+               ORDER BY c.dataset"""
         ),
         {"n": name},
     ).scalars())
