@@ -9,7 +9,7 @@ as wrong, for every candidate alike; ``und`` counts as wrong).
 
 The candidates read each text as :func:`checkworthy.data.language.words_of` gives it, one text a
 call on one thread, over the whole library's languages (a desk cannot know which languages will
-come): ``py3langid`` (97 languages, probabilities normalised), ``lingua-low`` and ``lingua-high``
+come): ``py3langid`` (140 languages, probabilities normalised), ``lingua-low`` and ``lingua-high``
 (``lingua-language-detector``, 75 languages, low-accuracy mode and the default high-accuracy
 mode, models preloaded), and ``checkworthy`` (:func:`checkworthy.data.language.detect`, the
 chosen one behind the project's ``und`` rules). Each runs in a process of its own, so that its

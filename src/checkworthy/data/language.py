@@ -2,9 +2,9 @@
 
 A claim (a debate sentence, a tweet) is reduced to its words first (:func:`words_of`: links,
 @mentions, the ``#`` of hashtags and HTML entities of tweets would otherwise be read as
-language), then identified by py3langid, a maintained naive-Bayes identifier of 97 languages that
+language), then identified by py3langid, a maintained naive-Bayes identifier of 140 languages that
 ships its model in its wheel (no download). It was chosen on the project's train files against
-lingua-language-detector: as accurate there, 7x faster, a twelfth of the memory (docs/data.md,
+lingua-language-detector: as accurate there, 3 to 15 times faster, a twelfth of the memory (docs/data.md,
 "Languages"; ``bench/bench_language_id.py``). A text is ``und`` (ISO 639-2's "undetermined"), with
 the reason, when it has no words, when py3langid finds no linguistic content in it, or when no
 language reaches :data:`MIN_CONFIDENCE`.
