@@ -1,5 +1,5 @@
-"""Loaders and splits against the real ClaimBuster / CLEF 2024 / CheckThat! tweet files and tiny
-broken ones."""
+"""Loaders and splits against the real ClaimBuster / CLEF 2024 / CheckThat! tweet files (English
+and five other languages) and tiny broken ones."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
     KNOWN_SHA256,
+    MULTILINGUAL_TWEETS,
+    RAW_FOLDERS,
     TWEET_FILES,
     TWEETS,
     Claim,
@@ -552,3 +554,170 @@ def test_the_tweets_are_versioned_with_the_other_datasets():
         assert sha256_file(DATA_DIR / "raw" / "tweets" / name) == KNOWN_SHA256[name]
     assert yaml.safe_load((REPO / "data.dvc").read_text())["outs"][0]["nfiles"] >= 12
     assert dvc("status", "--cloud", "-q", "data.dvc", check=False).returncode == 0  # the remote has it
+
+
+# --------------------------------------------------------------------------- tweets in other languages
+
+
+#: per dataset and split: rows in the file and check-worthy among them (the datasets README), rows
+#: kept by the loader and check-worthy among them
+MULTILINGUAL_COUNTS = {
+    ("tweets-ar", "ct24-train"): (7_332, 2_242, 7_328, 2_241),
+    ("tweets-es", "ct22-train"): (4_990, 1_903, 4_990, 1_903),
+    ("tweets-es", "ct22-dev"): (2_500, 305, 2_500, 305),
+    ("tweets-es", "ct22-dev-test"): (2_499, 305, 2_499, 305),
+    ("tweets-nl", "ct24-train"): (995, 405, 995, 405),
+    ("tweets-bg", "ct22-train"): (1_871, 378, 1_871, 378),
+    ("tweets-bg", "ct22-dev"): (177, 36, 177, 36),
+    ("tweets-tr", "ct22-train"): (2_417, 422, 2_416, 422),
+    ("tweets-tr", "ct22-dev"): (222, 45, 222, 45),
+}
+
+
+def multilingual_file(name: str, split: str) -> Path:
+    tweets = MULTILINGUAL_TWEETS[name]
+    return raw_file(f"multilingual/{tweets.folder}/{tweets.files[split]}")
+
+
+@pytest.fixture(scope="module")
+def multilingual() -> dict[tuple[str, str], tuple[list[Claim], LoadReport]]:
+    out = {}
+    for name, tweets in MULTILINGUAL_TWEETS.items():
+        for split, fname in tweets.files.items():
+            out[name, split] = load_tweets(multilingual_file(name, split), split,
+                                           expected_sha256=KNOWN_SHA256[fname], dataset=name)
+    return out
+
+
+def test_multilingual_counts_per_split_and_class_match_the_readme(multilingual):
+    assert set(multilingual) == set(MULTILINGUAL_COUNTS)
+    for key, (claims, report) in multilingual.items():
+        with open(multilingual_file(*key), newline="", encoding="utf-8") as fh:
+            labels = [r["class_label"] for r in csv.DictReader(fh, delimiter="\t")]
+        positive = sum(v in ("1", "Yes") for v in labels)
+        assert (len(labels), positive, report.rows_kept, sum(c.label for c in claims)) == \
+            MULTILINGUAL_COUNTS[key], key
+        assert report.rows_read == len(labels) and len(claims) == report.rows_kept
+        assert "sha256 matches the expected value" in report.notes
+        assert {c.dataset for c in claims} == {key[0]} and {c.split for c in claims} == {key[1]}
+
+
+def test_multilingual_defects_are_reported(multilingual):
+    def dropped(key):
+        return [d.row for d in multilingual[key][1].dropped]
+
+    assert dropped(("tweets-ar", "ct24-train")) == [5079, 5525, 5588, 7114]
+    assert dropped(("tweets-tr", "ct22-train")) == [870]
+    assert all("spreadsheet" in d.reason for _, r in multilingual.values() for d in r.dropped)
+    stripped = {key: [r.row for r in report.repairs if "stripped" in r.action]
+                for key, (_, report) in multilingual.items()}
+    assert {k: v for k, v in stripped.items() if v} == {("tweets-ar", "ct24-train"): [258, 2294, 2446, 3751, 6702],
+                                                         ("tweets-tr", "ct22-train"): [1381]}
+    unquoted = {key: [r.action for r in report.repairs if "quoted" in r.action]
+                for key, (_, report) in multilingual.items()}
+    assert {k: v for k, v in unquoted.items() if v} == {
+        ("tweets-es", s): [f'unquoted {n} CSV-style quoted texts (doubled quotes "" -> ")']
+        for s, n in (("ct22-train", 703), ("ct22-dev", 161), ("ct22-dev-test", 159))}
+    ar = multilingual["tweets-ar", "ct24-train"][1]
+    assert len(ar.duplicates) == 3 and not ar.conflicts  # three "breaking news" pairs, same label
+    es_dev = multilingual["tweets-es", "ct22-dev"][1]
+    assert [d.source_ids for d in es_dev.conflicts] == [("1448237239482429443", "1447855939160268803")]
+    assert "CONFLICT" in es_dev.summary()
+    for claims, report in multilingual.values():
+        assert all(c.text and c.text == c.text.strip() and "\r" not in c.text and "\n" not in c.text
+                   for c in claims)
+        assert all(c.source_id.isdigit() for c in claims)
+        assert not [d for d in report.duplicates if d.kind == "id"]
+        assert not [r for r in report.repairs if "CRLF" in r.action or "byte-order" in r.action]
+
+
+@pytest.mark.parametrize("key", sorted(MULTILINGUAL_COUNTS))
+def test_multilingual_parser_agrees_with_csv_module(multilingual, key):
+    claims, _ = multilingual[key]
+    with open(multilingual_file(*key), newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    expected = [(r["tweet_id"], r["tweet_text"].strip(), int(r["class_label"] in ("1", "Yes")))
+                for r in rows if r["tweet_id"].isdigit()]
+    assert expected == [(c.source_id, c.text, c.label) for c in claims]
+
+
+def test_multilingual_splits_and_the_train_only_languages(multilingual):
+    for name in ("tweets-es", "tweets-bg", "tweets-tr"):
+        every = [c for (n, _), (claims, _) in multilingual.items() if n == name for c in claims]
+        sp = build_splits(name, every, seed=2026)
+        assert {c.split for c in sp["test"]} == {"ct22-dev"} and {c.split for c in sp["pool"]} == {"ct22-train"}
+        n_pos = MULTILINGUAL_COUNTS[name, "ct22-train"][3]
+        assert Counter(c.label for c in sp["calibration"]) == {0: n_pos, 1: n_pos}
+        assert sp["excluded"] == [] and shared_texts(sp["pool"], sp["test"]) == {}
+    for name in ("tweets-ar", "tweets-nl"):
+        with pytest.raises(ValueError, match=f"{name}: only a train file"):
+            build_splits(name, multilingual[name, "ct24-train"][0], seed=2026)
+
+
+def test_tweet_labels_one_kind_a_file(tmp_path):
+    header = b"tweet_id\ttweet_text\tclass_label\n"
+    claims, _ = load_tweets(write(tmp_path, "ok.tsv", header + b"1\tA\tYes\n2\tB\tNo\n"), "x", dataset="tweets-xx")
+    assert [(c.label, c.dataset) for c in claims] == [(1, "tweets-xx"), (0, "tweets-xx")]
+    for body, line, needle in ((b"1\tA\tYes\n2\tB\t1\n", 3, "must be No or Yes"),
+                               (b"1\tA\t0\n2\tB\tyes\n", 3, "must be 0 or 1"),
+                               (b"1\tA\tMaybe\n", 2, "(2024)")):
+        path = write(tmp_path, "bad.tsv", header + body)
+        with pytest.raises(DataError) as exc:
+            load_tweets(path, "x")
+        assert_data_error(exc, path, line, "class_label")
+        assert needle in str(exc.value)
+
+
+def test_the_multilingual_tweets_are_versioned_with_the_other_datasets():
+    """data.dvc tracks data/raw/multilingual (pushed to the in-repo remote); load_dataset reads it."""
+    from checkworthy.config import DATA_DIR
+    from checkworthy.data.versioning import dvc
+
+    for name, tweets in MULTILINGUAL_TWEETS.items():
+        claims, reports = load_dataset(name)
+        assert [r.rows_kept for r in reports] == [MULTILINGUAL_COUNTS[name, s][2] for s in tweets.files]
+        assert {c.dataset for c in claims} == {name}
+        for fname in tweets.files.values():
+            assert sha256_file(DATA_DIR / "raw" / "multilingual" / tweets.folder / fname) == KNOWN_SHA256[fname]
+    with pytest.raises(ValueError, match="tweets-es"):
+        load_dataset("tweets-xx")
+    assert dvc("status", "--cloud", "-q", "data.dvc", check=False).returncode == 0
+
+
+def test_ensure_data_pulls_a_dataset_an_older_checkout_lacks(tmp_path):
+    """A checkout whose data/ predates a dataset (or has no data/) gets it from the remote."""
+    import os
+    import subprocess
+    import sys
+
+    from checkworthy.data.versioning import dvc_in
+    from checkworthy.testing.scratch_project import git, make_dvc_repo
+
+    repo = make_dvc_repo(tmp_path)
+    raw = repo / "data" / "raw"
+    for folder in RAW_FOLDERS[:3]:
+        (raw / folder).mkdir(parents=True)
+        (raw / folder / "a.tsv").write_text(f"{folder}\n")
+    dvc_in(repo, "add", "-q", "data")
+    git(repo, "commit", "-qam", "data v2")
+    for folder in RAW_FOLDERS[3:]:
+        (raw / folder).mkdir(parents=True)
+        (raw / folder / "a.tsv").write_text(f"{folder}\n")
+    dvc_in(repo, "add", "-q", "data")
+    dvc_in(repo, "push", "-q")
+    git(repo, "commit", "-qam", "data v3: other languages")
+    git(repo, "checkout", "-q", "HEAD~1", "--", "data.dvc")
+    dvc_in(repo, "checkout", "-q", "--force")
+    git(repo, "checkout", "-q", "HEAD", "--", "data.dvc")
+    assert not (raw / "multilingual").exists()
+
+    def ensure() -> None:
+        env = {**os.environ, "CHECKWORTHY_ROOT": str(repo)}
+        subprocess.run([sys.executable, "-c", "from checkworthy.data.versioning import ensure_data; ensure_data()"],
+                       env=env, check=True, capture_output=True)
+
+    ensure()
+    assert all((raw / folder / "a.tsv").read_text() == f"{folder}\n" for folder in RAW_FOLDERS)
+    subprocess.run(["rm", "-rf", str(repo / "data"), str(repo / ".dvc" / "cache")], check=True)
+    ensure()  # a fresh clone: no data/, no cache
+    assert all((raw / folder / "a.tsv").is_file() for folder in RAW_FOLDERS)

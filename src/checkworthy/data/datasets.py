@@ -1,5 +1,6 @@
-"""Loaders for ClaimBuster, CLEF 2024 CheckThat! Task 1 (English) and the CheckThat! 2021/2022
-English tweets (Task 1A), and the splits.
+"""Loaders for ClaimBuster, CLEF 2024 CheckThat! Task 1 (English), the CheckThat! 2021/2022
+English tweets (Task 1A) and the CheckThat! tweets in Arabic, Spanish, Dutch, Bulgarian and
+Turkish (2022 and 2024 train and dev files), and the splits.
 
 The official files carry known defects (see the datasets README): a glued line, CRLF
 line endings, CSV-style quoting inside a TSV, spreadsheet-damaged texts, duplicate
@@ -41,9 +42,12 @@ __all__ = [
     "TWEETS",
     "TWEET_FILES",
     "KNOWN_SHA256",
+    "MULTILINGUAL_TWEETS",
+    "RAW_FOLDERS",
     "Claim",
     "Dropped",
     "Duplicate",
+    "LanguageTweets",
     "LoadReport",
     "Repair",
     "build_splits",
@@ -71,6 +75,40 @@ TWEET_FILES = {
     "ct21-test": "CT21_1A_english_test.tsv",
 }
 
+
+
+class LanguageTweets(NamedTuple):
+    """One language's CheckThat! tweet files: ``data/raw/multilingual/<folder>/<file>`` by split."""
+
+    language: str  # ISO 639-1
+    folder: str
+    files: Mapping[str, str]
+
+
+#: the tweets in other languages, one dataset a language, named ``tweets-`` and its ISO 639-1 code.
+#: Only train and dev files (2022, 2024) are in the project: no CheckThat! test split of 2024 or later
+MULTILINGUAL_TWEETS: dict[str, LanguageTweets] = {
+    "tweets-ar": LanguageTweets("ar", "arabic", {"ct24-train": "CT24_checkworthy_arabic_train.tsv"}),
+    "tweets-es": LanguageTweets("es", "spanish", {
+        "ct22-train": "CT22_spanish_1A_checkworthy_train.tsv",
+        "ct22-dev": "CT22_spanish_1A_checkworthy_dev.tsv",
+        "ct22-dev-test": "CT22_spanish_1A_checkworthy_dev_test.tsv",
+    }),
+    "tweets-nl": LanguageTweets("nl", "dutch", {"ct24-train": "CT24_checkworthy_dutch_train.tsv"}),
+    "tweets-bg": LanguageTweets("bg", "bulgarian", {
+        "ct22-train": "CT22_bulgarian_1A_checkworthy_train.tsv",
+        "ct22-dev": "CT22_bulgarian_1A_checkworthy_dev.tsv",
+    }),
+    "tweets-tr": LanguageTweets("tr", "turkish", {
+        "ct22-train": "CT22_turkish_1A_checkworthy_train.tsv",
+        "ct22-dev": "CT22_turkish_1A_checkworthy_dev.tsv",
+    }),
+}
+
+#: the folders under ``data/raw`` the loaders read (a checkout lacking one has an older ``data/``)
+RAW_FOLDERS = ("claimbuster", "clef2024", "tweets",
+               *(f"multilingual/{t.folder}" for t in MULTILINGUAL_TWEETS.values()))
+
 #: per-class size of the CLEF calibration set (paper: 2,406 = 2 x 1,203)
 CLEF_N_PER_CLASS = 1203
 
@@ -92,6 +130,25 @@ KNOWN_SHA256: dict[str, str] = {
     "CT21_1A_english_train_v1.tsv": "c0a26bb7e35a664c072d5d7a5b159b3d48f54e5ffc5c321cfe7a7a4d518b0f0d",
     "CT21_1A_english_dev_v1.tsv": "b3bb25415a98ac2ea21538f6ecbf797c8156e8a50e6633e938e5df5307493e3d",
     "CT21_1A_english_test.tsv": "5efa8c4ba48216f3c9a452f04ad4eef232cd196265bbfe949b754d3538356668",
+    "CT24_checkworthy_arabic_train.tsv": "201631e0bed24b148e767b807fa6d088854d49e0d3ce0e394af063135c65553b",
+    "CT22_spanish_1A_checkworthy_train.tsv": (
+        "67ce48a90038b3cc581b51683ff6f0aa542ae8f996fc3c0225eabd1429bf1977"
+    ),
+    "CT22_spanish_1A_checkworthy_dev.tsv": "5b374c429e9100ad3f5b920656e03d825f1f81b37ef6c3d7dff0a92e8226c90d",
+    "CT22_spanish_1A_checkworthy_dev_test.tsv": (
+        "444c4aa3dccec6748be43475031a5de8c861d511337b91cfd8d2e4c3fc1ee622"
+    ),
+    "CT24_checkworthy_dutch_train.tsv": "a72255ee369ae93b703dc2b0aaefdd5fdd115ecd24d93055e2e444240b0cfa61",
+    "CT22_bulgarian_1A_checkworthy_train.tsv": (
+        "aea3e634ce91dd2bc09cc7c92f2048d9263e701a4f0bfed05da0e5a0c4e047ad"
+    ),
+    "CT22_bulgarian_1A_checkworthy_dev.tsv": (
+        "b6b9d987ec0c51517b194d97e014daad648db9c77ea64275cd8b89f0fa8f73b0"
+    ),
+    "CT22_turkish_1A_checkworthy_train.tsv": (
+        "f492b51558142328a15cfa506fec0fcd3767e5eb68d4c7a48ae7019dbb6f8e2d"
+    ),
+    "CT22_turkish_1A_checkworthy_dev.tsv": "d7eb7a3ad1baa729f3f0a19be5f75091c6c1de9f50c2853789b2119ada4ac5b0",
 }
 
 #: values Excel/LibreOffice write in place of a formula they could not evaluate;
@@ -103,8 +160,10 @@ _CLEF_COLUMNS = ("Sentence_id", "Text", "class_label")
 _CLEF_LABELS = {"Yes": 1, "No": 0}
 _GLUED_LABEL = re.compile(r"(Yes|No)(\d+)")
 _ID = re.compile(r"\d+")
-#: a tweet file's label column: CT22's, CT21's, CT21 dev's
+#: a tweet file's label column: CT22's and CT24's, CT21's, CT21 dev's
 _TWEET_LABELS = ("class_label", "check_worthiness", "claim_worthiness")
+#: a tweet file's label values, one kind a file: 2021's and 2022's, 2024's
+_TWEET_LABEL_VALUES = ({"0": 0, "1": 1}, {"No": 0, "Yes": 1})
 #: a tweet id a spreadsheet rounded to a float (``1.37041E+18``): the tweet can no longer be named
 _ROUNDED_ID = re.compile(r"\d(\.\d+)?E\+\d+", re.IGNORECASE)
 
@@ -723,23 +782,26 @@ def load_clef(
 
 
 def load_tweets(
-    path: Path_, split: str, *, expected_sha256: str | None = None
+    path: Path_, split: str, *, expected_sha256: str | None = None, dataset: str = TWEETS
 ) -> tuple[list[Claim], LoadReport]:
-    """Load one CheckThat! 2021 or 2022 English tweet file (Task 1A): ``tweet_id``, ``tweet_text``
-    and the label, ``class_label`` (2022), ``check_worthiness`` (2021) or ``claim_worthiness``
-    (2021 dev), 0 or 1. The tweet id is the claim's id; ``split`` (e.g. ``"ct22-train"``) is copied
-    onto every claim; the other columns (topic, URL, CT21's ``claim``) go to ``extra``.
+    """Load one CheckThat! tweet file (2021, 2022 Task 1A; 2024 Task 1), in any language:
+    ``tweet_id``, ``tweet_text`` and the label, ``class_label`` (2022, 2024), ``check_worthiness``
+    (2021) or ``claim_worthiness`` (2021 dev), 0/1 (2021, 2022) or Yes/No (2024), one kind a file.
+    The tweet id is the claim's id; ``split`` (e.g. ``"ct22-train"``) is copied onto every claim
+    and ``dataset`` (``tweets``, or ``tweets-es`` and the like: :data:`MULTILINGUAL_TWEETS`) names
+    it; the other columns (topic, URL, CT21's ``claim``) go to ``extra``.
 
-    Whitespace around texts is stripped and empty texts dropped (reported); a tweet id a
-    spreadsheet rounded to a float (CT22 train lines 1225 and 1355: ``1.37041E+18``, the URL
-    too) is lost, so its row is dropped (reported); duplicate ids and texts are kept and
-    reported, like the other loaders.
+    CSV-style quoted texts are unquoted and whitespace around texts is stripped (both reported);
+    empty texts are dropped (reported); a tweet id a spreadsheet rounded to a float (CT22 English
+    train lines 1225 and 1355, CT24 Arabic train four rows, CT22 Turkish train one:
+    ``1.37041E+18``, the URL too) is lost, so its row is dropped (reported); duplicate ids and
+    texts are kept and reported, like the other loaders.
 
     Raises
     ------
     DataError
-        Missing column, wrong field count, a label other than 0/1, a non-integer tweet id,
-        quoting error, NUL or non-UTF-8 bytes.
+        Missing column, wrong field count, a label other than 0/1 or Yes/No (or both kinds in
+        one file), a non-integer tweet id, quoting error, NUL or non-UTF-8 bytes.
     """
     if not split:
         raise ValueError("split must be a non-empty name such as 'ct22-train'")
@@ -752,6 +814,8 @@ def load_tweets(
                         f"header is {header}")
     col = {name: i for i, name in enumerate(header)}
     claims: list[Claim] = []
+    values: dict[str, int] | None = None  # the file's kind of label, set by its first row
+    n_unquoted = 0
     for rec in records:
         if rec.fields == [""]:
             report.dropped.append(Dropped(rec.line, "blank line"))
@@ -767,17 +831,25 @@ def load_tweets(
         if not _ID.fullmatch(sid):
             raise DataError(file, rec.line, "tweet_id", f"must be an integer id, got {sid!r}")
         value = rec.fields[col[label]].strip()
-        if value not in ("0", "1"):
-            raise DataError(file, rec.line, label, f"must be 0 or 1, got {value!r}")
+        if values is None:
+            values = next((kind for kind in _TWEET_LABEL_VALUES if value in kind), None)
+        if values is None or value not in values:
+            expected = " or ".join(sorted(values)) if values else "0 or 1 (2021, 2022) or Yes or No (2024)"
+            raise DataError(file, rec.line, label, f"must be {expected} (as the file's first row), "
+                            f"got {value!r}")
+        n_unquoted += rec.quoted[col["tweet_text"]]
         text = _clean_text(rec.line, rec.fields[col["tweet_text"]], report)
         if text is None:
             continue
         extra: dict[str, Any] = {name: rec.fields[i] for name, i in col.items()
                                  if name not in ("tweet_id", "tweet_text", label)}
         extra["line"] = rec.line
-        claims.append(Claim(dataset=TWEETS, source_id=sid, text=text, label=int(value), split=split,
+        claims.append(Claim(dataset=dataset, source_id=sid, text=text, label=values[value], split=split,
                             extra=extra))
     report.rows_kept = len(claims)
+    if n_unquoted:
+        report.repairs.append(Repair(None, "tweet_text", f"unquoted {n_unquoted:,} CSV-style quoted texts "
+                                     '(doubled quotes "" -> ")'))
     _find_duplicates(claims, report)
     report.notes.append(f"split {split}: {len(claims):,} rows kept, {sum(c.label for c in claims):,} "
                         "check-worthy")
@@ -801,6 +873,8 @@ _SPLIT_PLAN = {
     CLAIMBUSTER: _Plan(("2012",), "2016", None),
     CLEF: _Plan(("train",), "dev-test", CLEF_N_PER_CLASS),
     TWEETS: _Plan(("ct22-train", "ct21-train"), "ct22-dev", None, ids_name_tweets=True),
+    **{name: _Plan(("ct22-train",), "ct22-dev", None, ids_name_tweets=True)
+       for name, tweets in MULTILINGUAL_TWEETS.items() if "ct22-dev" in tweets.files},
 }
 
 
@@ -822,6 +896,9 @@ def build_splits(
       train and CT21 train, one row per tweet id (CT22's where a tweet is in both);
       ``calibration`` = every check-worthy tweet of it and as many others; ``test`` =
       CT22 dev (195).
+    - Spanish, Bulgarian and Turkish tweets (``tweets-es``, ``-bg``, ``-tr``): the same from
+      their CT22 train file, ``test`` = their CT22 dev. Arabic and Dutch (``tweets-ar``,
+      ``-nl``) have a train file only (CT24's) and no split: refused.
 
     Before sampling, pool rows whose normalised text also occurs in the test split
     are set aside (returned as ``excluded``), and for the tweets those whose tweet id
@@ -838,7 +915,8 @@ def build_splits(
     Parameters
     ----------
     dataset
-        ``"claimbuster"``, ``"clef2024"`` or ``"tweets"``.
+        ``"claimbuster"``, ``"clef2024"``, ``"tweets"``, ``"tweets-es"``, ``"tweets-bg"`` or
+        ``"tweets-tr"``.
     claims
         Output of the loader(s); claims of other datasets are ignored.
     seed
@@ -851,6 +929,9 @@ def build_splits(
     ValueError
         Unknown dataset, empty pool or test split, too few items in a class.
     """
+    if dataset in MULTILINGUAL_TWEETS and dataset not in _SPLIT_PLAN:
+        raise ValueError(f"{dataset}: only a train file, no test split to calibrate for (the lab's "
+                         "2024 dev and test files are not in the project); use it as labelled data")
     if dataset not in _SPLIT_PLAN:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(_SPLIT_PLAN)}")
     plan = _SPLIT_PLAN[dataset]
@@ -886,8 +967,8 @@ def build_splits(
 
 
 def load_dataset(name: str) -> tuple[list[Claim], list[LoadReport]]:
-    """All claims of a dataset (the files under ``data/raw`` its splits need) and what loading
-    repaired or dropped."""
+    """All claims of a dataset (the files under ``data/raw`` its splits need; every file of a
+    language's tweets) and what loading repaired or dropped."""
     raw = DATA_DIR / "raw"
     if name == CLAIMBUSTER:
         claims, report = load_claimbuster(raw / "claimbuster" / "crowdsourced.csv",
@@ -907,4 +988,11 @@ def load_dataset(name: str) -> tuple[list[Claim], list[LoadReport]]:
         loaded = [load_tweets(raw / "tweets" / fname, split, expected_sha256=KNOWN_SHA256.get(fname))
                   for split, fname in TWEET_FILES.items()]
         return [c for claims, _ in loaded for c in claims], [report for _, report in loaded]
-    raise ValueError(f"unknown dataset {name!r} (known: claimbuster, clef2024, tweets)")
+    if name in MULTILINGUAL_TWEETS:
+        tweets = MULTILINGUAL_TWEETS[name]
+        folder = raw / "multilingual" / tweets.folder
+        loaded = [load_tweets(folder / fname, split, expected_sha256=KNOWN_SHA256.get(fname), dataset=name)
+                  for split, fname in tweets.files.items()]
+        return [c for claims, _ in loaded for c in claims], [report for _, report in loaded]
+    known = ", ".join([CLAIMBUSTER, CLEF, TWEETS, *MULTILINGUAL_TWEETS])
+    raise ValueError(f"unknown dataset {name!r} (known: {known})")

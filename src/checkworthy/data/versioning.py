@@ -19,7 +19,7 @@ from typing import NamedTuple
 import yaml
 
 from checkworthy.config import CODE_ROOT, DATA_DIR, ROOT
-from checkworthy.data.datasets import sha256_file
+from checkworthy.data.datasets import RAW_FOLDERS, sha256_file
 
 
 class DataVersion(NamedTuple):
@@ -49,8 +49,9 @@ def dvc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def ensure_data() -> None:
-    """A fresh clone has ``data.dvc`` but no ``data/``: pull it from the project's DVC remote."""
-    if not (DATA_DIR / "raw").exists():
+    """A fresh clone has ``data.dvc`` but no ``data/``, an older checkout a ``data/`` without the
+    datasets added since: pull ``data/`` from the project's DVC remote."""
+    if not all((DATA_DIR / "raw" / folder).is_dir() for folder in RAW_FOLDERS):
         dvc("pull", "-q")
 
 
