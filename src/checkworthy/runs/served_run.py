@@ -376,7 +376,5 @@ class ServedRun:
                 self._complete(conn, w.run_id)
         with self._hold_lock:
             if self._holder is not None:
-                if self._held is not None and not self._holder.invalidated:
-                    unshare_run_key(self._holder, self._held)
-                self._holder.close()
+                self._holder.invalidate()  # its session ends, and its hold with it
             self._holder, self._held = None, None
