@@ -9,6 +9,7 @@ lose and duplicate nothing; a batch from another domain raises the drift figure 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 import uuid
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE, load_params
@@ -77,10 +78,14 @@ class World:
 
 
 class Server(LoopbackServer):
-    """``create_app`` under a real uvicorn server on a free loopback port, in a thread."""
+    """``create_app`` under a real uvicorn server on a free loopback port, in a thread; ``window``:
+    its ``serving: window_seconds:`` (else params.yaml's)."""
 
-    def __init__(self, engine, selection: Selection) -> None:
-        super().__init__(create_app(engine, selection, load_params(PARAMS_FILE), LIMITS))
+    def __init__(self, engine, selection: Selection, window: float | None = None) -> None:
+        params = load_params(PARAMS_FILE)
+        if window is not None:
+            params |= {"serving": {"window_seconds": window}}
+        super().__init__(create_app(engine, selection, params, LIMITS))
 
 
 @pytest.fixture(scope="module")
@@ -155,10 +160,13 @@ def test_a_batch_is_answered_stored_and_equal_to_a_batch_run(engine, world, whic
         claims = conn.execute(text("SELECT id, dataset, split, source_id FROM claims WHERE id = ANY(:c)"),
                               {"c": req["claim_ids"]}).mappings().all()
         incoming = lineages.target_claim_ids(conn, world.lineage)[f"{TAG}:incoming"]
-        queued = {q for (q,) in conn.execute(text("SELECT claim_id FROM review_queue WHERE run_id = :r"),
-                                              {"r": body["run_id"]})}
-    assert run["mode"] == "served" and run["parent_run_id"] == served_run and run["status"] == "complete"
-    assert run["params"]["drift"] == body["drift"] and "review" in run["params"]
+        queued = {q for (q,) in conn.execute(text("SELECT claim_id FROM review_queue WHERE run_id = :r "
+                                                   "AND claim_id = ANY(:c)"),
+                                              {"r": body["run_id"], "c": req["claim_ids"]})}
+    # the window's run: open while its window is, with what is fixed when it opens
+    assert run["mode"] == "served" and run["parent_run_id"] == served_run and run["status"] == "running"
+    assert run["params"]["served_run_id"] == served_run and "review" in run["params"]
+    assert req["drift"] == body["drift"]  # the request's own figure
     assert req["key_id"] == world.scorer_key.id and req["run_id"] == body["run_id"]
     assert req["claim_ids"] == [x["claim_id"] for x in body["results"]]
     assert {(c["dataset"], c["split"]) for c in claims} == {(TAG, "api")}
@@ -280,8 +288,9 @@ def test_concurrent_requests_lose_and_duplicate_nothing(engine, paper, world):
         stored = {int(c) for (c,) in conn.execute(text(
             "SELECT unnest(claim_ids) FROM api_requests WHERE request_uid = ANY(CAST(:u AS uuid[]))"),
             {"u": [b["request_id"] for b in bodies]})}
-        results = conn.execute(text("SELECT count(*) FROM calibrated_results WHERE run_id = ANY(:r)"),
-                               {"r": [b["run_id"] for b in bodies]}).scalar_one()
+        results = conn.execute(text("SELECT count(*) FROM calibrated_results WHERE run_id = ANY(:r) "
+                                    "AND claim_id = ANY(:c)"),
+                               {"r": [b["run_id"] for b in bodies], "c": ids}).scalar_one()
     assert n1 - n0 == len(ids) and stored == set(ids) and results == len(ids)
     same = [b["results"][i]["theta"] for b in bodies[-4:] for i in range(3)]
     assert same == [bodies[0]["results"][i]["theta"] for i in range(3)] * 4  # the same text, the same answer
@@ -295,6 +304,9 @@ def test_a_batch_from_another_domain_raises_the_drift_figure_and_event(engine, w
     try:
         same = post(server, "/score/sentences", {"sentences": world.dev[20:40]}, world.scorer).json()
         calm = httpx.get(f"{server.url}/metrics").text
+        # the event is the window's: none before a batch of it drifts
+        window_event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{same['run_id']}"))
+        assert not event_stored(window_event)
         other = post(server, "/score/sentences", {"sentences": COOKING[:20]}, world.scorer).json()
         metrics = httpx.get(f"{server.url}/metrics").text
     finally:
@@ -308,15 +320,14 @@ def test_a_batch_from_another_domain_raises_the_drift_figure_and_event(engine, w
     assert len(far) == other["drift"]["n_beyond"] and all(r["review"] for r in other["results"])
     assert all("far from every labelled claim" in r["reason"] for r in far)
     with engine.connect() as conn:
-        causes = dict(conn.execute(text("SELECT claim_id, cause FROM review_queue WHERE run_id = :r"),
-                                   {"r": other["run_id"]}).all())
+        causes = dict(conn.execute(text("SELECT claim_id, cause FROM review_queue WHERE run_id = :r "
+                                        "AND claim_id = ANY(:c)"),
+                                   {"r": other["run_id"], "c": [r["claim_id"] for r in other["results"]]}).all())
     assert causes == {r["claim_id"]: "drift" for r in other["results"]}
     assert 'checkworthy_api_drift_info{notice="no drift: ' in calm
     assert f'checkworthy_api_drift_info{{notice="{notice}"}} 1.0' in metrics
     assert 'checkworthy_api_claims_review_drift_total{endpoint="sentences"} 20.0' in metrics
-    for body, stored in ((other, True), (same, False)):
-        event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{body['run_id']}"))
-        assert event_stored(event) is stored
+    assert event_stored(str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{other['run_id']}")))
 
 
 def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world, tmp_path):
@@ -329,12 +340,15 @@ def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world,
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    bad_params = tmp_path / "params.yaml"
+    bad_params.write_text(f"extends: {PARAMS_FILE.resolve()}\nserving: {{window_seconds: 0}}\n")
     bad = [(["--lineage", "no-such-lineage"], "no calibrated lineage of that name"),
            (["--lineage", world.lineage, "--model", "classifier:nothing"], "no complete calibration run"),
            (["--lineage", world.lineage, "--run", "999999"], "no complete calibration run"),
            (["--lineage", world.lineage, "--port", "0"], "--port"),
            (["--lineage", world.lineage, "--k", "five"], "--k"),
-           (["--model", "classifier:nothing"], "no lineage has a complete run to serve")]
+           (["--model", "classifier:nothing"], "no lineage has a complete run to serve"),
+           (["--lineage", world.lineage, "--params", str(bad_params)], "field 'serving.window_seconds'")]
     for args, message in bad:
         done = subprocess.run([exe, "serve", *args], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
@@ -358,6 +372,8 @@ def test_the_serve_command_starts_a_server_or_refuses_in_one_line(db_url, world,
         proc.terminate()
         out = proc.communicate(timeout=30)[0]
     assert f"serving run {world.paper} of {world.lineage}" in out
+    with db_engine(db_url) as conn:  # its shutdown completed the window holding the request
+        assert load_run(conn, r.json()["run_id"])["status"] == "complete"
 
 
 def test_serve_without_a_lineage_serves_the_newest_run_and_says_which(db_url, world):
@@ -385,3 +401,144 @@ def test_serve_without_a_lineage_serves_the_newest_run_and_says_which(db_url, wo
         said.startswith(f"its run {world.paper} is the newest of the ") and said.endswith(
             " lineages with a run to serve (--lineage chooses another)")), out
     assert second.startswith(f"serving run {world.paper} of {world.lineage} ")
+
+
+@contextlib.contextmanager
+def db_engine(db_url: str):
+    """A connection to the test database from an engine of its own (like another process's)."""
+    eng = create_engine(db_url)
+    try:
+        with eng.connect() as conn:
+            yield conn
+    finally:
+        eng.dispose()
+
+
+def served_runs_of(engine, served_run: int) -> dict[int, str]:
+    """The runs of mode ``served`` whose parent is ``served_run``, with their status."""
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT id, status FROM calibration_runs WHERE mode = 'served' "
+                                      "AND parent_run_id = :p"), {"p": served_run}).all())
+
+
+def close_window(engine, world) -> None:
+    """Complete the paper run's open window, if any (a server loading the run, then shutting down)."""
+    server = Server(engine, Selection(world.lineage, {"correction": "paper"}))
+    try:
+        assert httpx.get(f"{server.url}/health/ready", timeout=60).status_code == 200
+    finally:
+        server.close()
+    assert "running" not in served_runs_of(engine, world.paper).values()
+
+
+def test_a_burst_of_single_texts_is_one_run_of_its_window(engine, world, use_db, capsys):
+    """50 one-text requests within a window, from 8 threads over two servers (two workers of one
+    deployment), store one run of mode served holding the 50 results, not 50 runs; each request's
+    row points at it; explain works for its claims while it is open; shutting down completes it
+    with the window's counts and figures; the answers are those of a batch run."""
+    close_window(engine, world)
+    before = served_runs_of(engine, world.paper)
+    servers = [Server(engine, Selection(world.lineage, {"correction": "paper"}), window=600) for _ in range(2)]
+    texts = world.dev[:50]
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda i: post(servers[i % 2], "/score/text", {"text": texts[i]},
+                                                   world.scorer), range(50)))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200]
+        bodies = [a.json() for a in answers]
+        (run_id,) = {b["run_id"] for b in bodies}
+        ids = [b["results"][0]["claim_id"] for b in bodies]
+        with engine.connect() as conn:
+            requests = conn.execute(text("SELECT request_uid, run_id, claim_ids, drift FROM api_requests "
+                                         "WHERE request_uid = ANY(CAST(:u AS uuid[]))"),
+                                    {"u": [b["request_id"] for b in bodies]}).mappings().all()
+            results = conn.execute(text("SELECT claim_id, theta FROM calibrated_results WHERE run_id = :r"),
+                                   {"r": run_id}).all()
+            queued = conn.execute(text("SELECT count(*) FROM review_queue WHERE run_id = :r"),
+                                  {"r": run_id}).scalar_one()
+        assert {i: s for i, s in served_runs_of(engine, world.paper).items() if i not in before} == {
+            run_id: "running"}
+        assert len(requests) == 50 and {r["run_id"] for r in requests} == {run_id}
+        by_uid = {str(r["request_uid"]): r for r in requests}
+        assert all(by_uid[b["request_id"]]["claim_ids"] == [b["results"][0]["claim_id"]] for b in bodies)
+        assert all(by_uid[b["request_id"]]["drift"] == b["drift"] for b in bodies)
+        assert dict(results) == {b["results"][0]["claim_id"]: b["results"][0]["theta"] for b in bodies}
+        assert queued == sum(b["results"][0]["review"] for b in bodies)
+        r = httpx.get(f"{servers[0].url}/claims/id:{ids[7]}/explanation", headers={"X-API-Key": world.auditor},
+                      timeout=60)
+        assert r.status_code == 200 and r.json()["decisions"][0]["run_id"] == run_id
+        assert main(["explain", f"id:{ids[7]}"]) == 0
+        assert f"in run {run_id} [running]" in capsys.readouterr().out
+    finally:
+        for server in servers:
+            server.close()
+    with engine.connect() as conn:
+        run = load_run(conn, run_id)
+    p = run["params"]
+    assert run["status"] == "complete" and run["finished_at"] is not None
+    assert (p["n_requests"], p["n_claims"], p["n_calibrated"], p["n_without_score"]) == (50, 50, 50, 0)
+    assert p["drift"]["n"] == 50 and p["window_seconds"] == 600
+    assert p["review"]["automated_share"] == 1 - queued / 50
+    assert main(["explain", f"id:{ids[7]}"]) == 0 and f"in run {run_id} [complete]" in capsys.readouterr().out
+    assert_equals_batch(engine, world, world.paper, {"results": [b["results"][0] for b in bodies]})
+
+
+def test_a_request_after_the_window_opens_a_new_run(engine, world):
+    """The first request after the window completes its run and opens the next."""
+    close_window(engine, world)
+    server = Server(engine, Selection(world.lineage, {"correction": "paper"}), window=8)
+    try:
+        first = post(server, "/score/text", {"text": world.dev[50]}, world.scorer).json()
+        second = post(server, "/score/text", {"text": world.dev[51]}, world.scorer).json()
+        time.sleep(8)
+        third = post(server, "/score/text", {"text": world.dev[52]}, world.scorer).json()
+        runs = served_runs_of(engine, world.paper)
+        assert first["run_id"] == second["run_id"] != third["run_id"]
+        assert runs[first["run_id"]] == "complete" and runs[third["run_id"]] == "running"
+    finally:
+        server.close()
+    with engine.connect() as conn:
+        done, last = load_run(conn, first["run_id"]), load_run(conn, third["run_id"])
+    assert (done["params"]["n_requests"], done["params"]["n_claims"]) == (2, 2)
+    assert last["status"] == "complete" and last["params"]["n_requests"] == 1
+
+
+def test_a_window_a_killed_server_left_open_is_closed_as_abandoned_and_keeps_its_rows(engine, world):
+    """While a server lives, the abandoned-runs check leaves its open window alone; once its
+    session is gone (the process killed), the check closes it as abandoned, its results, queue
+    entries and request rows kept and explained; the server's next request opens a new window."""
+    from checkworthy.store.calibration_runs import close_abandoned_runs
+
+    close_window(engine, world)
+    server = Server(engine, Selection(world.lineage, {"correction": "paper"}), window=600)
+    try:
+        body = post(server, "/score/sentences", {"sentences": world.dev[53:56]}, world.scorer).json()
+        with engine.connect() as conn:
+            assert body["run_id"] not in close_abandoned_runs(conn, "test")
+            key = load_run(conn, body["run_id"])["run_key"]
+            holders = conn.execute(text(
+                """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+                   AND classid::bigint = (hashtextextended(:k, 0) >> 32) & 4294967295
+                   AND objid::bigint = hashtextextended(:k, 0) & 4294967295"""), {"k": key}).scalars().all()
+            assert len(holders) == 1
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": holders[0]})  # as if killed
+            conn.commit()
+            for _ in range(50):
+                if body["run_id"] in (closed := close_abandoned_runs(conn, "test")):
+                    break
+                time.sleep(0.1)
+            assert body["run_id"] in closed
+            run = load_run(conn, body["run_id"])
+            n_results = conn.execute(text("SELECT count(*) FROM calibrated_results WHERE run_id = :r"),
+                                     {"r": body["run_id"]}).scalar_one()
+            req = conn.execute(text("SELECT run_id FROM api_requests WHERE request_uid = :u"),
+                               {"u": body["request_id"]}).scalar_one()
+        assert run["status"] == "abandoned" and n_results == 3 and req == body["run_id"]
+        why = httpx.get(f"{server.url}/claims/id:{body['results'][0]['claim_id']}/explanation",
+                        headers={"X-API-Key": world.auditor}, timeout=60).json()["decisions"][0]
+        assert why["run_id"] == body["run_id"] and why["run_status"] == "abandoned"
+        after = post(server, "/score/text", {"text": world.dev[56]}, world.scorer)
+        assert after.status_code == 200 and after.json()["run_id"] != body["run_id"]
+    finally:
+        server.close()
+    assert served_runs_of(engine, world.paper)[after.json()["run_id"]] == "complete"

@@ -28,6 +28,10 @@ EMBED_DIM = 384
 #: HNSW candidates a kNN search keeps by default (params.yaml ``ef_search``, ``--ef-search``): measured
 #: at 25,000 labelled claims, recall@10 0.993 against the exact path
 EF_SEARCH = 80
+#: how long the API records the requests calibrated with one served run in one run of mode
+#: ``served`` (params.yaml ``serving: window_seconds:`` overrides it; docs/api.md, "How served
+#: requests are recorded")
+WINDOW_SECONDS = 60.0
 
 
 def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
@@ -42,7 +46,21 @@ def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
     base = params.pop("extends", None)
     params = load_params(path.parent / base) | params if base else params
     check_models(params, path)
+    serving_window(params, path)
     return params
+
+
+def serving_window(params: dict[str, Any], path: Path | str = PARAMS_FILE) -> float:
+    """The served requests' window in seconds (``serving: window_seconds:``, else
+    :data:`WINDOW_SECONDS`); a value that is not a positive number is refused, naming the field."""
+    serving = params.get("serving") or {}
+    if not isinstance(serving, dict):
+        raise DataError(path, None, "serving", f"must be a mapping (window_seconds: ...), got {serving!r}")
+    value = serving.get("window_seconds", WINDOW_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise DataError(path, None, "serving.window_seconds",
+                        f"must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def model_name(entry: dict[str, Any]) -> str:

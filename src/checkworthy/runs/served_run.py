@@ -10,9 +10,20 @@ rule), fitted once when the server loads the run. A submission
 2. in one transaction stores each text as a claim of the lineage's dataset (split ``api``, source
    id ``api:<request uid>:<position>``, in the target ``<dataset>:incoming``, so a person's label
    for it joins the lineage like any newly arrived claim), finds its neighbours with the same SQL
-   kNN, applies the fitted calibration, and stores a run of mode ``served`` (parent: the served
-   run) with its results, review-queue entries and drift figure, and the request's row. When the
-   request's batch drifts from L, the claims drift holds back go to a person whatever their theta.
+   kNN, applies the fitted calibration, and appends its results and review-queue entries to the
+   served run's open *window* (a run of mode ``served``, parent: the served run), with the
+   request's row and its drift figure. When the request's batch drifts from L, the claims drift
+   holds back go to a person whatever their theta.
+
+A window records the requests of one served run for ``window_seconds`` (params.yaml ``serving:``,
+:data:`checkworthy.config.WINDOW_SECONDS` by default) from its first: a burst of 500 one-text
+requests is one run, not 500. It stays 'running' while open, its params holding only what is
+fixed when it opens; the first request after it, :meth:`ServedRun.close` (another run served
+from now on, or the server shutting down) completes it with its counts, its automated share and
+its drift figure over the whole window. Requests (threads, worker processes) take the served run's
+window lock in turn, in the transaction that stores them; each server holds a shared hold on the
+open window's run key, so that the abandoned-runs check leaves it to them while one lives, and
+closes it as abandoned (its rows kept) once none does.
 
 The answer equals what a batch run of the same spec would give those claims (``compute``).
 """
@@ -27,8 +38,9 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
-from checkworthy.config import model_name
+from checkworthy.config import WINDOW_SECONDS, model_name
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
 from checkworthy.method.drift import FAR, drift, drift_status
@@ -49,11 +61,25 @@ from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, make_scorer, model_options
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
-from checkworthy.store.calibration_runs import complete_run, insert_results, insert_run, load_run
+from checkworthy.store.calibration_runs import (
+    insert_results,
+    insert_run,
+    load_run,
+    share_run_key,
+    unshare_run_key,
+)
 from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
 from checkworthy.store.knn import Neighbours, nearest_labelled
 from checkworthy.store.run_spec import RunContext, run_key
-from checkworthy.store.served_runs import insert_request, lineage_dataset
+from checkworthy.store.served_runs import (
+    complete_window,
+    insert_request,
+    is_running,
+    lineage_dataset,
+    lock_windows,
+    open_window,
+    window_counts,
+)
 
 SPLIT = "api"
 #: (model spec, params hash, prompt version) -> the scorer giving those scores, with its prompt
@@ -112,18 +138,27 @@ class Submission:
     """What a request stored and answered."""
 
     request_uid: uuid.UUID
+    #: the window's run holding the results (None: no text had a usable score)
     run_id: int | None
     results: list[SentenceResult]
+    #: the request's own drift figure (also stored in its ``api_requests`` row)
     drift: Mapping[str, Any] | None
 
 
 class ServedRun:
     """A complete run, loaded and fitted once, that calibrates submitted texts (thread-safe)."""
 
-    def __init__(self, engine: Engine, run_id: int, scorers: ScorerSource) -> None:
-        """Load run ``run_id``; ``scorers(model spec, params hash, prompt version)`` gives its scorer."""
-        self.engine, self.run_id = engine, run_id
+    def __init__(self, engine: Engine, run_id: int, scorers: ScorerSource,
+                 window_seconds: float = WINDOW_SECONDS) -> None:
+        """Load run ``run_id``; ``scorers(model spec, params hash, prompt version)`` gives its
+        scorer; requests are recorded in windows of ``window_seconds``."""
+        self.engine, self.run_id, self.window_seconds = engine, run_id, window_seconds
         self._score_lock = threading.Lock()
+        #: the connection holding the shared hold on the open window's run key, and that key
+        self._hold_lock = threading.Lock()
+        self._holder: Connection | None = None
+        self._held: str | None = None
+        self._closed = False
         with engine.connect() as conn:
             self.run = dict(load_run(conn, run_id))
             if self.run["status"] != "complete":
@@ -240,9 +275,11 @@ class ServedRun:
                 if self.rule is not None:
                     flags = self.rule.review(res.theta, status) == 1
                     reasons = self.rule.reasons(res.theta, status)
-                run_id = self._store_run(conn, uid, ids, (res, nb), flags, figure)
+                run_id = self._append(conn, (res, nb), status)
                 names = store.claim_source_ids(conn, [int(n) for n in nb.neighbour_ids.ravel()])
-            insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids)
+            insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids, figure)
+        if self._closed:  # closed while this request was being stored: its window is closed too
+            self.close()
         results = []
         for i, (t, cid, c) in enumerate(zip(texts, ids, claims)):
             j = row.get(cid)  # its row in res and nb (None: no usable score, so no row)
@@ -260,25 +297,84 @@ class ServedRun:
                 far=bool(status[j] == FAR)))
         return Submission(uid, run_id, results, figure)
 
-    def _store_run(self, conn: Connection, uid: uuid.UUID, ids: Sequence[int],
-                   got: tuple[nnppi.NNPPIResult, Neighbours], flags: np.ndarray | None,
-                   figure: dict[str, Any]) -> int:
-        """The request's run (mode ``served``), its results (``got``: the results and their
-        neighbours), queue entries and drift ``figure``; ``flags`` are the review flags of its
-        results (None: the run has no rule)."""
+    def _append(self, conn: Connection, got: tuple[nnppi.NNPPIResult, Neighbours], status: np.ndarray,
+                ) -> int:
+        """Append a request's results (``got``: the results and their neighbours) and the queue
+        entries of its rule (``status``: their drift status) to the open window's run, which the
+        first request after the window completes before opening the next; return that run's id."""
         res, nb = got
-        spec = replace(self.spec, target=f"api:{uid}", claim_ids=tuple(sorted(int(i) for i in ids)))
-        fp = self.run["label_set_fingerprint"]
-        params: dict[str, Any] = {"correction": spec.correction, "served_run_id": self.run_id,
-                                  "n_claims": len(ids), "n_calibrated": len(nb.claim_ids),
-                                  "n_without_score": len(ids) - len(nb.claim_ids), "drift": figure}
-        run_id = insert_run(conn, spec, run_key(spec, fp), fp, {}, RunContext(code_rev=self.code_rev),
-                            self.run_id, "served")
+        lock_windows(conn, self.run_id)
+        run_id = self._window(conn)
         insert_results(conn, run_id, nb.claim_ids, res, nb.neighbour_ids, nb.distances)
-        if flags is not None:
-            share = float(np.mean(~flags))
-            params["review"] = dict(self.run["params"]["review"]) | {"automated_share": share}
-            queue_run(conn, run_id, params["review"], nb.claim_ids, res.theta,
-                      drift_status(nb.distances[:, 0], figure))
-        complete_run(conn, run_id, params)
+        if self.rule is not None:
+            queue_run(conn, run_id, self.run["params"]["review"], nb.claim_ids, res.theta, status)
         return run_id
+
+    def _window(self, conn: Connection) -> int:
+        """The open window's run, or a new one when none is open or its time is over (then it is
+        completed first); called holding the window lock."""
+        w = open_window(conn, self.run_id, self.window_seconds)
+        if w is not None and not w.over:
+            self._hold(w.run_key)  # before reading its status again: then nobody abandons it
+            if is_running(conn, w.run_id):
+                return w.run_id
+        elif w is not None:
+            self._complete(conn, w.run_id)
+        spec = replace(self.spec, target=f"api:window:{uuid.uuid4()}", claim_ids=())
+        fp = self.run["label_set_fingerprint"]
+        key = run_key(spec, fp)
+        self._hold(key)
+        params: dict[str, Any] = {"correction": spec.correction, "served_run_id": self.run_id,
+                                  "window_seconds": self.window_seconds}
+        if self.rule is not None:
+            params["review"] = dict(self.run["params"]["review"])
+        return insert_run(conn, spec, key, fp, params, RunContext(code_rev=self.code_rev), self.run_id,
+                          "served")
+
+    def _complete(self, conn: Connection, run_id: int) -> None:
+        """Complete a window's run with what it holds: its requests, claims and results, the
+        automated share of its results and its drift figure over all of them (each request's own
+        figure is in its ``api_requests`` row)."""
+        got = window_counts(conn, run_id)
+        nearest = np.asarray(got.nearest, dtype=float)
+        params: dict[str, Any] = {
+            "n_requests": got.n_requests, "n_claims": got.n_claims, "n_calibrated": len(nearest),
+            "n_without_score": got.n_claims - len(nearest),
+            "drift": drift(self.pool.cal.dist[:, 0], nearest).as_dict()}
+        if self.rule is not None:
+            params["review"] = dict(self.run["params"]["review"]) | {
+                "automated_share": 1 - got.n_queued / len(nearest)}
+        complete_window(conn, run_id, params)
+
+    def _hold(self, key: str) -> None:
+        """Hold the shared hold on run key ``key`` (on a connection of this object's own), and let
+        go of the one held before: a live server's open window is never taken for abandoned. A
+        connection the database dropped is replaced."""
+        with self._hold_lock:
+            if self._held == key:
+                return
+            if self._holder is None or self._holder.invalidated or self._holder.closed:
+                self._holder, self._held = self.engine.connect(), None
+            try:
+                share_run_key(self._holder, key)
+            except DBAPIError:
+                self._holder.invalidate()  # its session is gone, and every hold with it
+                self._holder, self._held = self.engine.connect(), None
+                share_run_key(self._holder, key)
+            if self._held is not None:
+                unshare_run_key(self._holder, self._held)
+            self._held = key
+
+    def close(self) -> None:
+        """Complete the open window (the server shuts down, or serves another run from now on)
+        and let go of its hold; a request still being stored closes its window when it is."""
+        self._closed = True
+        with self.engine.begin() as conn:
+            lock_windows(conn, self.run_id)
+            w = open_window(conn, self.run_id, self.window_seconds)
+            if w is not None:
+                self._complete(conn, w.run_id)
+        with self._hold_lock:
+            if self._holder is not None:
+                self._holder.invalidate()  # its session ends, and its hold with it
+            self._holder, self._held = None, None

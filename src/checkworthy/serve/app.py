@@ -121,6 +121,7 @@ def create_app(engine: Engine, selection: Selection, params: Mapping[str, Any], 
     current = CurrentRun(engine, selection, params)
     metrics = ApiMetrics(app)
     app.state.current, app.state.metrics = current, metrics
+    app.router.on_shutdown.append(current.close)  # the open window's run is completed
 
     @app.middleware("http")
     async def body_limit(request: Request, call_next: Callable) -> Any:

@@ -1,6 +1,8 @@
 """The run the server answers with: the newest complete run of its lineage that matches its
 selection, looked up on every request (a recalibration is served from the next request on) and
-loaded once per run (model, label set, fitted calibration)."""
+loaded once per run (model, label set, fitted calibration). Moving to a newer run, or shutting
+down, completes the open window of the run served until then (docs/api.md, "How served requests
+are recorded")."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from checkworthy.config import serving_window
 from checkworthy.runs.served_run import ServedRun, matching_scorer
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
@@ -39,7 +42,10 @@ class CurrentRun:
     """The :class:`ServedRun` in force for a :class:`Selection`; thread-safe."""
 
     def __init__(self, engine: Engine, selection: Selection, params: Mapping[str, Any]) -> None:
+        """Serve ``selection`` from ``engine``'s store, with the models and the window
+        (``serving: window_seconds:``) ``params`` configure."""
         self.engine, self.selection, self.params = engine, selection, params
+        self.window_seconds = serving_window(dict(params))
         self._lock = threading.Lock()
         self._served: ServedRun | None = None
         self._scorers: dict[tuple[str, str], tuple[Scorer, PromptInfo]] = {}
@@ -64,8 +70,17 @@ class CurrentRun:
             return served
         with self._lock:
             if self._served is None or self._served.run_id != run_id:
-                self._served = ServedRun(self.engine, run_id, self._scorer_for)
+                before, self._served = self._served, ServedRun(self.engine, run_id, self._scorer_for,
+                                                               self.window_seconds)
+                if before is not None:
+                    before.close()
             return self._served
+
+    def close(self) -> None:
+        """Complete the open window of the run served (the server shuts down)."""
+        with self._lock:
+            if self._served is not None:
+                self._served.close()
 
     def _scorer_for(self, spec: str, params_hash: str, prompt_version: str) -> tuple[Scorer, PromptInfo]:
         key = (spec, params_hash)

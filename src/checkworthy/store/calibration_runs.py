@@ -42,6 +42,21 @@ def unlock_run_key(conn: Connection, run_key: str) -> None:
     conn.commit()
 
 
+def share_run_key(conn: Connection, run_key: str) -> None:
+    """Wait for, then hold, a shared hold on a run key's lock on ``conn`` (its own connection)
+    until :func:`unshare_run_key`: what the servers appending to an open served run hold, any
+    number at once, so that :func:`close_abandoned_runs` leaves it alone while one of them lives.
+    Commits."""
+    conn.execute(text("SELECT pg_advisory_lock_shared(hashtextextended(:k, 0))"), {"k": run_key})
+    conn.commit()
+
+
+def unshare_run_key(conn: Connection, run_key: str) -> None:
+    """Release the shared hold :func:`share_run_key` took (and commit)."""
+    conn.execute(text("SELECT pg_advisory_unlock_shared(hashtextextended(:k, 0))"), {"k": run_key})
+    conn.commit()
+
+
 #: why a run is marked abandoned (``params->'abandoned'->>'reason'``)
 ABANDONED = ("nobody held its run key's lock: the process running it ended (killed, or its database "
              "connection or server lost) before it finished")

@@ -2,13 +2,16 @@
 
 The API serves the newest complete run of a label-set lineage (optionally of one model, score
 kind, k, correction or interval): a recalibration after new labels is served from the next
-request on. A request's own run (mode ``served``) is never itself served.
+request on. The requests calibrated with one served run within a window of time are stored in
+one run of mode ``served`` (its *window*, migration 0018), which is never itself served.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -60,14 +63,86 @@ def lineage_dataset(conn: Connection, label_set_id: int) -> str:
 
 
 def insert_request(conn: Connection, request_uid: uuid.UUID, key_id: int, endpoint: str,
-                   served_run_id: int, run_id: int | None, claim_ids: Sequence[int]) -> int:
-    """Record what a request stored; return its id."""
+                   served_run_id: int, run_id: int | None, claim_ids: Sequence[int],
+                   drift: Mapping[str, Any] | None) -> int:
+    """Record what a request stored, and its own drift figure; return its id."""
     return conn.execute(
-        text("""INSERT INTO api_requests (request_uid, key_id, endpoint, served_run_id, run_id, claim_ids)
-                VALUES (:u, :k, :e, :s, :r, :c) RETURNING id"""),
+        text("""INSERT INTO api_requests (request_uid, key_id, endpoint, served_run_id, run_id, claim_ids,
+                                          drift)
+                VALUES (:u, :k, :e, :s, :r, :c, CAST(:d AS jsonb)) RETURNING id"""),
         {"u": request_uid, "k": key_id, "e": endpoint, "s": served_run_id, "r": run_id,
-         "c": [int(i) for i in claim_ids]},
+         "c": [int(i) for i in claim_ids], "d": None if drift is None else json.dumps(dict(drift))},
     ).scalar_one()
+
+
+# ---- windows: the run that records a served run's requests for a while ------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """A served run's open window: its run, that run's key, and whether its time is over."""
+
+    run_id: int
+    run_key: str
+    over: bool
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """What a window's run holds: its requests, their claims, its review-queue entries, and the
+    distance of each result to its nearest labelled claim (claim id order)."""
+
+    n_requests: int
+    n_claims: int
+    n_queued: int
+    nearest: list[float]
+
+
+def lock_windows(conn: Connection, served_run_id: int) -> None:
+    """Take the served run's window lock until the transaction ends: requests (threads, worker
+    processes) find, open, append to and complete its window one at a time."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
+                 {"k": f"served-window:{served_run_id}"})
+
+
+def open_window(conn: Connection, served_run_id: int, seconds: float) -> Window | None:
+    """The served run's open window (its running run of mode ``served``), over when it opened
+    ``seconds`` ago or more; None when none is open."""
+    row = conn.execute(
+        text("""SELECT id, run_key, clock_timestamp() >= started_at + make_interval(secs => :w) AS over
+                FROM calibration_runs
+                WHERE parent_run_id = :s AND mode = 'served' AND status = 'running'"""),
+        {"s": served_run_id, "w": float(seconds)}).one_or_none()
+    return None if row is None else Window(int(row.id), str(row.run_key), bool(row.over))
+
+
+def is_running(conn: Connection, run_id: int) -> bool:
+    """Whether the run is still running (an open window another process may have closed)."""
+    return conn.execute(text("SELECT status = 'running' FROM calibration_runs WHERE id = :i"),
+                        {"i": run_id}).scalar_one()
+
+
+def window_counts(conn: Connection, run_id: int) -> WindowCounts:
+    """What a window's run holds so far (:class:`WindowCounts`)."""
+    row = conn.execute(
+        text("""SELECT (SELECT count(*) FROM api_requests WHERE run_id = :r) AS n_requests,
+                       (SELECT coalesce(sum(cardinality(claim_ids)), 0) FROM api_requests
+                        WHERE run_id = :r) AS n_claims,
+                       (SELECT count(*) FROM review_queue WHERE run_id = :r) AS n_queued,
+                       (SELECT coalesce(array_agg(neighbour_distances[1] ORDER BY claim_id), '{}')
+                        FROM calibrated_results WHERE run_id = :r) AS nearest"""),
+        {"r": run_id}).one()
+    return WindowCounts(int(row.n_requests), int(row.n_claims), int(row.n_queued),
+                        [float(d) for d in row.nearest])
+
+
+def complete_window(conn: Connection, run_id: int, params: Mapping[str, Any]) -> bool:
+    """Complete a window's run with its final ``params`` (added to those it opened with); False
+    when it is no longer running (closed meanwhile, e.g. as abandoned)."""
+    return conn.execute(
+        text("""UPDATE calibration_runs SET status = 'complete', finished_at = now(),
+                params = params || CAST(:p AS jsonb) WHERE id = :i AND status = 'running'"""),
+        {"i": run_id, "p": json.dumps(dict(params))}).rowcount == 1
 
 
 def requests_of_key(conn: Connection, key_id: int) -> list[Mapping[str, Any]]:
