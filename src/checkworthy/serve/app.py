@@ -97,18 +97,19 @@ def check_param(value: str, field: str) -> str:
     return value
 
 
-def check_strings(body: Any, field: str = "body") -> None:
+def check_strings(body: Any) -> None:
     """Every string (and key) of a parsed JSON ``body`` one the store can hold, else
-    :class:`ApiError` (422) naming the first at fault by its path; walked without recursion."""
-    todo: list[tuple[str, Any]] = [(field, body)]
+    :class:`ApiError` (422) naming the first at fault by its path (``task.data.source_id``;
+    ``body`` for the whole); walked without recursion."""
+    todo: list[tuple[str, Any]] = [("", body)]
     while todo:
         where, value = todo.pop()
         if isinstance(value, str):
-            check_param(value, where)
+            check_param(value, where or "body")
         elif isinstance(value, Mapping):
             for k, v in value.items():
-                check_param(str(k), where)
-                todo.append((f"{where}.{k}", v))
+                check_param(str(k), where or "body")
+                todo.append((f"{where}.{k}" if where else str(k), v))
         elif isinstance(value, list):
             todo.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
 
