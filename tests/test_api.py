@@ -10,6 +10,7 @@ lose and duplicate nothing; a batch from another domain raises the drift figure 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 import uuid
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
 from checkworthy.cli.main import main
@@ -26,7 +28,7 @@ from checkworthy.data.datasets import normalise_text
 from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
-from checkworthy.serve.app import Limits, create_app
+from checkworthy.serve.app import Limits, create_app, json_errors
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
@@ -36,7 +38,7 @@ from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.claims import COOKING, clef
 from checkworthy.testing.events import event_stored
-from checkworthy.testing.loopback import LoopbackServer
+from checkworthy.testing.loopback import LoopbackServer, answer_mid_body
 
 TAG = "t14-api"
 MODEL = "classifier:minilm-lr"
@@ -245,6 +247,85 @@ def test_bad_input_is_refused_with_a_json_error_and_nothing_stored(engine, paper
                      headers={"X-API-Key": world.scorer, "Content-Type": "application/json"})
     assert raw.status_code == 422 and raw.json()["error"]["code"] == "invalid"
     assert table_counts(engine) == before
+
+
+def chunks(n: int, size: int, sent: list[int]):
+    """A body of ``n`` chunks of ``size`` bytes, streamed (httpx sends it chunked); ``sent`` counts
+    the chunks the client got to send."""
+    for _ in range(n):
+        sent[0] += 1
+        yield b"x" * size
+
+
+def test_the_key_is_checked_before_the_body_and_chunked_bodies_are_limited(engine, paper, world):
+    """No key: 401 after the headers, the body never read (the server answers mid-body and the
+    client stops sending); a chunked body over the limit: 413 at the byte over, not after reading
+    it all; nothing stored. A chunked body within the limit is read and answered."""
+    before = table_counts(engine)
+    url = f"{paper.url}/score/text"
+    assert answer_mid_body(paper.port, "/score/text", {}, chunks=1)[0] == 401
+    status, body = answer_mid_body(paper.port, "/score/text", {"X-API-Key": "cwk_wrong"}, chunks=1)
+    assert (status, body["error"]["code"]) == (401, "invalid_key")
+    status, body = answer_mid_body(paper.port, "/score/text", {"X-API-Key": world.scorer},
+                                   chunks=LIMITS.max_body // 1000 + 1)
+    assert (status, body["error"]["code"], body["error"]["field"]) == (413, "too_large", "body")
+    for key, status, code in [(None, 401, "missing_key"), (world.scorer, 413, "too_large")]:
+        sent, started = [0], time.monotonic()
+        r = httpx.post(url, content=chunks(300, 100_000, sent), headers={} if key is None else {"X-API-Key": key},
+                       timeout=60)  # 30 MB, no Content-Length
+        assert (r.status_code, r.json()["error"]["code"]) == (status, code), r.text
+        assert sent[0] < 300 and time.monotonic() - started < 20, (sent, time.monotonic() - started)
+    assert table_counts(engine) == before
+    one = json.dumps({"text": world.dev[3]}).encode()
+    r = httpx.post(url, content=(one[i: i + 7] for i in range(0, len(one), 7)), timeout=120,
+                   headers={"X-API-Key": world.scorer, "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["results"][0]["text"] == world.dev[3].strip(), r.text
+
+
+ODD = [  # what the store cannot hold, or an id it cannot look up: a JSON 4xx naming the field
+    ("POST", "/score/text", '{"text": "a\\ud800b"}', 422, "text"),  # a lone surrogate
+    ("POST", "/score/sentences", '{"sentences": ["fine", "x\\udfffy"]}', 422, "sentences[1]"),
+    ("POST", "/score/paragraph", '{"text": "One. Two \\ud800."}', 422, "text"),
+    ("POST", "/score/text", '{"text": "ok", "\\ud800": 1}', 422, "body"),  # a key pydantic cannot read
+    ("GET", "/claims/a%00b/explanation", None, 422, "claim"),  # NUL: Postgres text refuses it
+    ("GET", "/claims/id:%C2%B2/explanation", None, 422, "claim"),  # a digit to isdigit, not to int
+    ("GET", f"/claims/id:{'9' * 25}/explanation", None, 422, "claim"),  # beyond bigint
+    ("GET", f"/claims/x/explanation?run={'9' * 25}", None, 422, "run"),
+    ("GET", "/claims/x/explanation?run=0", None, 422, "run"),
+    ("GET", "/claims/x/explanation?dataset=a%00b", None, 422, "dataset"),
+    ("GET", "/score/text/a%00b", None, 422, "input_text"),
+]
+
+
+def test_odd_input_is_a_json_4xx_naming_the_field_never_a_500(engine, paper, world):
+    before = table_counts(engine)
+    for method, path, body, status, field in ODD:
+        r = httpx.request(method, paper.url + path, content=body, timeout=60,
+                          headers={"X-API-Key": world.scorer, "Content-Type": "application/json"})
+        assert r.status_code == status and r.headers["content-type"] == "application/json", (path, r.text)
+        (line,) = r.text.splitlines()
+        err = json.loads(line)["error"]
+        assert err["field"] == field and err["message"], (path, err)
+    assert table_counts(engine) == before
+
+
+def test_an_unexpected_failure_is_a_json_500_without_a_traceback():
+    """The handler ``create_app`` installs (``json_errors``), on an app whose route fails."""
+    app = FastAPI()
+    json_errors(app)
+
+    @app.get("/fails")
+    def fails() -> None:
+        raise RuntimeError("a secret detail")
+
+    server = LoopbackServer(app)
+    try:
+        r = httpx.get(f"{server.url}/fails", timeout=30)
+    finally:
+        server.close()
+    assert r.status_code == 500 and r.json()["error"] == {
+        "code": "internal", "message": "the server failed (RuntimeError); its log has the details", "field": None}
+    assert "secret detail" not in r.text and "Traceback" not in r.text
 
 
 def test_keys_missing_wrong_revoked_and_an_auditor_submitting(engine, paper, world, use_db, capsys):

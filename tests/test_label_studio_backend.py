@@ -2,6 +2,10 @@
 environment, ``.venv-label-studio/``, made by ``scripts/setup.sh``) on loopback, our ML backend on
 loopback (uvicorn in a thread), a real lineage in the session's Postgres.
 
+Webhooks need the shared secret: the test gives the webhook Label Studio registers for the backend
+the secret's header (``PATCH /api/webhooks/ID``), as docs/review.md tells a team to; a forged call
+(no secret, a wrong one) is refused before its body is read, and nothing is written.
+
 Label Studio's project gets the labelling configuration of docs/review.md, connects the backend
 (``/api/ml``, which also registers the backend's webhook), imports what ``checkworthy review
 export`` wrote, and asks the backend for predictions: the run's decisions, scored so that its
@@ -36,7 +40,13 @@ from checkworthy.data.label_studio import LABEL_CONFIG
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
-from checkworthy.serve.label_studio_backend import LabelFlow, create_backend
+from checkworthy.serve.label_studio_backend import (
+    MAX_BODY,
+    WEBHOOK_SECRET_ENV,
+    WEBHOOK_SECRET_HEADER,
+    LabelFlow,
+    create_backend,
+)
 from checkworthy.serve.served import Selection
 from checkworthy.store import lineages
 from checkworthy.store import review_queue as queue
@@ -47,7 +57,7 @@ from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.claims import clef
 from checkworthy.testing.events import event_stored
-from checkworthy.testing.loopback import LoopbackServer
+from checkworthy.testing.loopback import LoopbackServer, answer_mid_body
 from checkworthy.testing.scratch_project import free_port, make_scratch_project
 
 TAG = "t-ls"
@@ -55,6 +65,8 @@ LINEAGE, TARGET = f"{TAG}:calibration", f"{TAG}:incoming"
 LABEL_STUDIO = CODE_ROOT / ".venv-label-studio" / "bin" / "label-studio"
 TOKEN = "checkworthy-test-token-28"
 START_TIMEOUT = 300  # seconds: the first start migrates a fresh SQLite database
+SECRET = "webhook-secret-of-the-test-28"
+HOOK = {WEBHOOK_SECRET_HEADER: SECRET}
 
 
 class LabelStudio:
@@ -176,17 +188,21 @@ def ls_project(label_studio, world):
 def backend(engine, db_url, project, world, ls_project, harness):
     """Our ML backend for the project, its label updates in the scratch project."""
     flow = LabelFlow(project["repo"], project["params"], db_url)
-    server = LoopbackServer(create_backend(engine, Selection(LINEAGE), world["params"], [ls_project["id"]], flow))
+    server = LoopbackServer(create_backend(engine, Selection(LINEAGE), world["params"], [ls_project["id"]], flow,
+                                           secret=SECRET))
     yield server
     server.close()
 
 
 @pytest.fixture(scope="module")
 def connected(label_studio, ls_project, backend, tasks):
-    """The backend connected to the project, the exported tasks imported, predictions retrieved."""
+    """The backend connected to the project, its webhook given the secret's header, the exported
+    tasks imported, predictions retrieved."""
     pid = ls_project["id"]
     ml = label_studio.api("POST", "/api/ml", json={"project": pid, "url": backend.url, "title": "checkworthy",
                                                    "is_interactive": False}).json()
+    (hook,) = label_studio.api("GET", "/api/webhooks", params={"project": pid}).json()
+    label_studio.api("PATCH", f"/api/webhooks/{hook['id']}", json={"headers": HOOK})
     label_studio.api("POST", f"/api/projects/{pid}/import", json=tasks)
     label_studio.api("POST", "/api/dm/actions", params={"id": "retrieve_tasks_predictions", "project": pid},
                      json={"selectedItems": {"all": True, "excluded": []}})
@@ -206,6 +222,7 @@ def test_label_studio_shows_the_runs_decisions_most_uncertain_first(engine, labe
     pid = ls_project["id"]
     hooks = label_studio.api("GET", "/api/webhooks", params={"project": pid}).json()
     assert [h["url"] for h in hooks] == [f"{backend.url}/webhook"]  # connecting the backend registered it
+    assert [h["headers"] for h in hooks] == [HOOK]
     view = _run_view(engine, world["run"])
     version = f"checkworthy {LINEAGE} run {world['run']}"
     assert len(connected["tasks"]) == len(tasks) == 8
@@ -306,14 +323,16 @@ def test_the_same_annotation_again_is_the_same_label(engine, label_studio, backe
     task = label_studio.api("GET", f"/api/tasks/{annotated['task']['id']}").json()
     body = {"action": "ANNOTATION_CREATED", "annotation": ann, "task": task, "project": {"id": ls_project["id"]}}
     for _ in range(2):
-        r = httpx.post(f"{backend.url}/webhook", json=body, timeout=60)
+        r = httpx.post(f"{backend.url}/webhook", json=body, headers=HOOK, timeout=60)
         assert r.status_code == 200 and r.json()["status"] == "already applied", r.text
         assert r.json()["update_id"] == annotated["update"].id
     assert table_counts(engine) == before
 
 
-def _refused(server, path: str, body: dict) -> dict:
-    r = httpx.post(f"{server.url}{path}", json=body, timeout=60)
+def _refused(server, path: str, body: dict, headers: dict = HOOK) -> dict:
+    """The refusal of ``body`` (sent as JSON escaped to ASCII, so lone surrogates travel)."""
+    r = httpx.post(f"{server.url}{path}", content=json.dumps(body), timeout=60,
+                   headers=headers | {"Content-Type": "application/json"})
     assert 400 <= r.status_code < 500, r.text
     (line,) = r.text.splitlines()
     return json.loads(line)["error"] | {"status": r.status_code}
@@ -343,15 +362,63 @@ def test_annotations_of_another_project_unknown_claims_or_bad_choices_are_refuse
                                           "value='$text'/></View>"})
     assert schema["code"] == "label_config"
     assert table_counts(engine) == before
-    ignored = httpx.post(f"{backend.url}/webhook", json={"action": "PROJECT_UPDATED", "project": {"id": pid}})
+    ignored = httpx.post(f"{backend.url}/webhook", json={"action": "PROJECT_UPDATED", "project": {"id": pid}},
+                         headers=HOOK)
     assert ignored.status_code == 200 and ignored.json()["status"] == "ignored"
 
 
-@pytest.mark.parametrize("argv, says", [
-    ([], "the following arguments are required: --project"),
-    (["--project", "1", "--lineage", "no-such:lineage"], "--lineage 'no-such:lineage': no calibrated lineage"),
+def test_a_forged_webhook_is_refused_before_its_body_is_read_and_nothing_is_written(
+        engine, backend, ls_project, tasks):
+    """A valid annotation of an exported task, sent by anyone but Label Studio: without the secret,
+    or with a wrong one, 401 from the headers alone (answered before the body ends); with it, a
+    body over the limit (chunked) is 413 at the byte over, and strings the store cannot hold are
+    422 naming the field. No label, no update, no queue change."""
+    pid = ls_project["id"]
+    task = {"id": 78, "project": pid, "data": dict(tasks[-1]["data"])}
+    forged = {"action": "ANNOTATION_CREATED", "task": task, "project": {"id": pid},
+              "annotation": {"id": 901, "project": pid, "completed_by": 1, "was_cancelled": False,
+                             "result": _answer(task, "Yes")["result"]}}
+    before = table_counts(engine)
+    missing = _refused(backend, "/webhook", forged, headers={})
+    assert (missing["status"], missing["code"], missing["field"]) == (401, "missing_secret", WEBHOOK_SECRET_HEADER)
+    wrong = _refused(backend, "/webhook", forged, headers={WEBHOOK_SECRET_HEADER: SECRET[:-1] + "9"})
+    assert (wrong["status"], wrong["code"]) == (401, "invalid_secret")
+    assert answer_mid_body(backend.port, "/webhook", {}, chunks=1)[0] == 401
+    status, body = answer_mid_body(backend.port, "/webhook", HOOK, chunks=MAX_BODY // 100_000 + 1, size=100_000)
+    assert (status, body["error"]["code"]) == (413, "too_large")
+    sent = [0]
+
+    def ten_mb():
+        for _ in range(100):
+            sent[0] += 1
+            yield b" " * 100_000
+
+    r = httpx.post(f"{backend.url}/predict", content=ten_mb(), timeout=60)
+    assert r.status_code == 413 and sent[0] < 100, (r.text, sent)
+    odd = [(forged | {"task": task | {"data": task["data"] | {"source_id": "a\x00b"}}}, "task.data.source_id"),
+           (forged | {"task": task | {"data": task["data"] | {"dataset": "x\ud800"}}}, "task.data.dataset")]
+    for body, field in odd:
+        got = _refused(backend, "/webhook", body)
+        assert (got["status"], got["code"], got["field"]) == (422, "bad_text", field), got
+    digit = _refused(backend, "/webhook", forged | {"task": task | {"id": "\u00b2"}})  # "²": a digit to isdigit
+    assert (digit["status"], digit["field"]) == (422, "task.id")
+    other = _refused(backend, "/predict", {"project": "\u00b2", "tasks": []})
+    assert other["status"] == 403
+    assert table_counts(engine) == before
+
+
+@pytest.mark.parametrize("argv, secret, says", [
+    ([], SECRET, "the following arguments are required: --project"),
+    (["--project", "1", "--lineage", "no-such:lineage"], SECRET, "--lineage 'no-such:lineage': no calibrated lineage"),
+    (["--project", "1"], None, f"{WEBHOOK_SECRET_ENV} is not set"),
+    (["--project", "1"], "short", "at least 16 printable ASCII characters"),
 ])
-def test_the_backend_command_refuses_bad_options_in_one_line(use_db, world, capsys, argv, says):
+def test_the_backend_command_refuses_bad_options_in_one_line(use_db, world, capsys, monkeypatch, argv, secret,
+                                                             says):
+    if secret is None:
+        monkeypatch.delenv(WEBHOOK_SECRET_ENV, raising=False)
+    else:
+        monkeypatch.setenv(WEBHOOK_SECRET_ENV, secret)
     assert main(["label-studio-backend", "--port", str(free_port()), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]

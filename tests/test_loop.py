@@ -21,7 +21,7 @@ from checkworthy.config import load_params
 from checkworthy.data.datasets import load_clef
 from checkworthy.runs.own_scores import upload_dataset
 from checkworthy.serve.app import create_app
-from checkworthy.serve.label_studio_backend import LabelFlow, create_backend
+from checkworthy.serve.label_studio_backend import WEBHOOK_SECRET_HEADER, LabelFlow, create_backend
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store.audit import table_counts
@@ -38,6 +38,7 @@ from checkworthy.testing.scratch_project import (
 
 pytestmark = pytest.mark.slow
 LINEAGE = "team-desk"
+SECRET = "webhook-secret-of-the-loop-test"
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,7 @@ def test_label_studio_annotation_on_a_predict_lineage_versions_it(project, harne
         claim = conn.execute(text("SELECT id FROM claims WHERE dataset = :d AND source_id = :s"),
                              {"d": project["batch_dataset"], "s": batch[25].source_id}).scalar_one()
     flow = LabelFlow(project["repo"], project["params"], project["url"])
-    app = create_backend(engine, Selection(LINEAGE), load_params(project["params"]), [1], flow)
+    app = create_backend(engine, Selection(LINEAGE), load_params(project["params"]), [1], flow, secret=SECRET)
     server = LoopbackServer(app)
     try:
         body = {"action": "ANNOTATION_CREATED", "project": {"id": 1},
@@ -155,7 +156,7 @@ def test_label_studio_annotation_on_a_predict_lineage_versions_it(project, harne
                 "annotation": {"id": 1, "project": 1, "completed_by": 7,
                                "result": [{"from_name": "checkworthy", "to_name": "text", "type": "choices",
                                            "value": {"choices": ["Yes" if batch[25].label else "No"]}}]}}
-        r = httpx.post(f"{server.url}/webhook", json=body, timeout=600)
+        r = httpx.post(f"{server.url}/webhook", json=body, headers={WEBHOOK_SECRET_HEADER: SECRET}, timeout=600)
     except BaseException:
         server.close()
         raise

@@ -15,14 +15,14 @@
 trigger for the one UPDATE, inside this migration's transaction, as DDL may.
 
 Revision ID: 0020
-Revises: 0017
+Revises: 0018
 Create Date: 2026-11-27
 """
 
 from alembic import op
 
 revision = "0020"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

@@ -2,7 +2,9 @@
 
 Pre-annotations scored for uncertainty sampling, and annotations turned into label updates as by
 ``review import`` (docs/review.md, "Label Studio"). The options choose the run as ``serve``'s do;
-everything is checked before it listens, so a mistake is one line and exit status 2.
+the webhook's shared secret comes from the environment (``CHECKWORTHY_LS_WEBHOOK_SECRET``: not an
+option, which ``ps`` would show). Everything is checked before it listens, so a mistake is one
+line and exit status 2.
 """
 
 from __future__ import annotations
@@ -30,17 +32,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_label_studio_backend(args: argparse.Namespace) -> int:
     """Serve Label Studio's ML backend protocol until stopped."""
+    import os
     from pathlib import Path
 
     import uvicorn
 
     from checkworthy.cli.serve import served_selection
     from checkworthy.errors import UsageError
-    from checkworthy.serve.label_studio_backend import LabelFlow, create_backend, model_version
+    from checkworthy.serve.label_studio_backend import (
+        WEBHOOK_SECRET_ENV,
+        LabelFlow,
+        create_backend,
+        model_version,
+        secret_problem,
+    )
     from checkworthy.serve.served import NotReady
 
+    secret = os.environ.get(WEBHOOK_SECRET_ENV)
+    problem = secret_problem(secret)
+    if problem:
+        raise UsageError(problem)
     eng, params, selection = served_selection(args)
-    app = create_backend(eng, selection, params, args.project, LabelFlow(params_path=Path(args.params)))
+    app = create_backend(eng, selection, params, args.project, LabelFlow(params_path=Path(args.params)),
+                         secret=str(secret))
     try:
         version = model_version(app.state.current.get())
     except (NotReady, ValueError) as exc:

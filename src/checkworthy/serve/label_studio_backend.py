@@ -17,11 +17,17 @@ Label Studio calls ``POST /setup`` when the backend is connected (and before eac
   update runs after the answer, one at a time. An annotation of another project, of a task
   whose claim the lineage neither holds nor calibrates, or with a bad choice is refused with one
   JSON line; the same annotation again is the same label file, so the same update: nothing new.
+- ``/webhook`` needs the shared secret (:data:`WEBHOOK_SECRET_ENV`) in the header
+  :data:`WEBHOOK_SECRET_HEADER`, which the project's webhook in Label Studio sends (a webhook's
+  custom headers); it is checked before the body is read, so a forged call is refused (401) and
+  nothing is written. Every body is read within ``max_body`` bytes (Content-Length or chunked),
+  and strings the store cannot hold (NUL, lone surrogates) are refused (422).
 
 The official ``label-studio-ml`` package is not used: its PyPI release (1.0.9, 2023) pins Flask
 1.1.2, Jinja2 3.0.3 and Werkzeug 2.0.2, which clash with our stack; the routes are few.
 """
 
+import hmac
 import logging
 import tempfile
 import threading
@@ -34,6 +40,8 @@ from typing import Annotated, Any
 from fastapi import BackgroundTasks, Body, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
+from starlette.datastructures import Headers
+from starlette.types import Scope
 
 from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.data import label_studio
@@ -45,13 +53,17 @@ from checkworthy.method.selective import review_priority
 from checkworthy.runs.label_updates import check_label_file
 from checkworthy.runs.review_queue import write_label_file
 from checkworthy.runs.served_run import ServedRun
-from checkworthy.serve.app import ApiError, json_errors
+from checkworthy.serve.app import ApiError, Check, Guard, ascii_id, check_strings, json_errors
 from checkworthy.serve.served import CurrentRun, Selection
 from checkworthy.store.label_updates import find_update, stored_claims
 from checkworthy.store.lineages import claims_of_lineage
 
 log = logging.getLogger("checkworthy.label_studio")
 ANNOTATION_ACTIONS = ("ANNOTATION_CREATED", "ANNOTATION_UPDATED")
+WEBHOOK_SECRET_ENV = "CHECKWORTHY_LS_WEBHOOK_SECRET"
+WEBHOOK_SECRET_HEADER = "X-Checkworthy-Secret"
+MIN_SECRET = 16  # characters
+MAX_BODY = 4_000_000  # bytes: a /predict of Label Studio's default batch (100 tasks) is far below
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,7 @@ def model_version(served: ServedRun) -> str:
 
 def project_id(value: Any) -> int | None:
     """A Label Studio project id: ``3``, ``"3"``, or ``"3.1732000000"`` (the ML API's project uid)."""
-    head = str(value).split(".", 1)[0] if value is not None else ""
-    return int(head) if head.isdigit() else None
+    return ascii_id(str(value).split(".", 1)[0]) if value is not None else None
 
 
 def our_project(value: Any, allowed: Sequence[int], field: str) -> int:
@@ -118,7 +129,7 @@ class Annotations:
         annotation, task = body.get("annotation"), body.get("task")
         if not isinstance(annotation, Mapping) or not isinstance(task, Mapping):
             raise ApiError(422, "invalid", f"{action} without its annotation and task", "annotation")
-        if not str(task.get("id")).isdigit():
+        if ascii_id(str(task.get("id"))) is None:
             raise ApiError(422, "invalid", f"{action}: the task has no numeric id", "task.id")
         project = body.get("project")
         project = project.get("id") if isinstance(project, Mapping) else None
@@ -244,10 +255,48 @@ def _task_claim(task: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(data["dataset"]), str(data["source_id"])
 
 
+def secret_problem(secret: str | None) -> str | None:
+    """Why ``secret`` cannot be the webhook's shared secret (None when it can): unset, short, or
+    not printable ASCII without spaces (it travels as an HTTP header)."""
+    how = (f"give the project's webhook in Label Studio the header {WEBHOOK_SECRET_HEADER} with the same "
+           "value (docs/review.md, 'Label Studio')")
+    if not secret:
+        return (f"{WEBHOOK_SECRET_ENV} is not set: the backend accepts annotations only with a shared "
+                f"secret; set it (at least {MIN_SECRET} characters, e.g. from `python -c 'import secrets; "
+                f"print(secrets.token_urlsafe(32))'`) and {how}")
+    if len(secret) < MIN_SECRET or not (secret.isascii() and secret.isprintable()) or " " in secret:
+        return (f"{WEBHOOK_SECRET_ENV}: the secret must be at least {MIN_SECRET} printable ASCII characters "
+                "without spaces")
+    return None
+
+
+def webhook_secret(secret: str) -> Check:
+    """:class:`Guard`'s check: ``/webhook`` needs ``secret`` in :data:`WEBHOOK_SECRET_HEADER`,
+    compared in constant time; the other routes are Label Studio's ML protocol, which carries no
+    such header."""
+    expected = secret.encode("ascii")
+
+    async def check(scope: Scope) -> None:
+        if scope["path"] != "/webhook":
+            return
+        given = Headers(scope=scope).get(WEBHOOK_SECRET_HEADER)
+        if not given:
+            raise ApiError(401, "missing_secret", f"send the webhook secret in the {WEBHOOK_SECRET_HEADER} "
+                           "header (docs/review.md)", WEBHOOK_SECRET_HEADER)
+        if not hmac.compare_digest(given.encode("latin-1"), expected):
+            raise ApiError(401, "invalid_secret", "wrong webhook secret", WEBHOOK_SECRET_HEADER)
+    return check
+
+
 def create_backend(engine: Engine, selection: Selection, params: Mapping[str, Any], projects: Sequence[int],
-                   flow: LabelFlow = LabelFlow()) -> FastAPI:
-    """The ML backend for Label Studio ``projects`` over the runs ``selection`` names."""
+                   flow: LabelFlow = LabelFlow(), *, secret: str, max_body: int = MAX_BODY) -> FastAPI:
+    """The ML backend for Label Studio ``projects`` over the runs ``selection`` names; webhooks
+    need ``secret`` (:func:`secret_problem` says why one is refused: ValueError)."""
+    problem = secret_problem(secret)
+    if problem:
+        raise ValueError(problem)
     app = FastAPI(title="checkworthy ML backend for Label Studio", version="1")
+    app.add_middleware(Guard, max_body=max_body, check=webhook_secret(secret))
     json_errors(app)
     current = CurrentRun(engine, selection, params)
     annotations = Annotations(engine, flow, projects)
@@ -262,6 +311,7 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/setup")
     def setup(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         """A project connects: it must be ours and its labelling configuration must fit."""
+        check_strings(body)
         our_project(body.get("project"), annotations.projects, "project")
         problem = schema_problem(str(body.get("schema") or ""))
         if problem:
@@ -276,6 +326,7 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/predict")
     def predict(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         """Pre-annotations for the tasks, scored for uncertainty sampling."""
+        check_strings(body)
         our_project(body.get("project"), annotations.projects, "project")
         tasks = body.get("tasks")
         if not isinstance(tasks, list):
@@ -286,6 +337,7 @@ def create_backend(engine: Engine, selection: Selection, params: Mapping[str, An
     @app.post("/webhook", status_code=202)
     def webhook(body: Annotated[dict[str, Any], Body()], background: BackgroundTasks) -> Any:
         """An annotation becomes a label update (after this answer); other events are ignored."""
+        check_strings(body)
         return annotations.receive(body, current.get().lineage, background)
 
     return app

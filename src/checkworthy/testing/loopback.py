@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import socket
 import threading
 import time
@@ -34,3 +35,22 @@ class LoopbackServer:
     def close(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def answer_mid_body(port: int, path: str, headers: dict[str, str], chunks: int, size: int = 1000,
+                    timeout: float = 10) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body a server on loopback ``port`` answers to a chunked POST of
+    ``path`` whose body is never finished (``chunks`` chunks of ``size`` bytes sent, no last
+    chunk): only a server that judges the headers, or counts the body as it streams, answers
+    at all; one that reads the body whole first times out (``socket.timeout``)."""
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Transfer-Encoding: chunked\r\n{head}\r\n".encode("latin-1"))
+        for _ in range(chunks):
+            sock.sendall(f"{size:x}\r\n".encode() + b"x" * size + b"\r\n")
+        got = b""
+        while part := sock.recv(65536):
+            got += part
+    status_line, _, body = got.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), json.loads(body)
