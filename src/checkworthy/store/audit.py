@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from checkworthy.config import quiet_offline_env
-from checkworthy.store.engine import get_engine
+from checkworthy.store.engine import database_url, get_engine
 
 PIPELINE_ROLE = "checkworthy_pipeline"
 AUDITOR_ROLE = "checkworthy_auditor"
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m checkworthy.store.audit", description=main.__doc__)
     p.add_argument("command", choices=["bootstrap"])
     p.parse_args(argv)
-    engine = get_engine()  # migrates to head
+    engine = get_engine(database_url(owner=True))  # migrates to head
     users = bootstrap(engine)
     print(f"migrated; login roles provisioned: {', '.join(users) or 'none'}")
     engine.dispose()
