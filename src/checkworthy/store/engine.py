@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
 
 from checkworthy.config import CODE_ROOT, VAR_DIR
@@ -78,7 +78,9 @@ def application_url(owner_url: str) -> str:
                 ensure_login(conn, APP_LOGIN, PIPELINE_ROLE, None)
     finally:
         engine.dispose()
-    return make_url(owner_url).set(username=APP_LOGIN, password=None).render_as_string(hide_password=False)
+    owner = make_url(owner_url)  # URL.create, not set(): set(password=None) keeps the owner's password
+    return URL.create(owner.drivername, APP_LOGIN, None, owner.host, owner.port, owner.database,
+                      owner.query).render_as_string(hide_password=False)
 
 
 def check_stale_postmaster(pgdata: Path) -> None:
