@@ -31,6 +31,8 @@ from checkworthy.config import CODE_ROOT, VAR_DIR
 from checkworthy.errors import StoreUnavailable
 
 DB_NAME = "checkworthy"
+#: the group role of the logins that write (migration 0002)
+PIPELINE_ROLE = "checkworthy_pipeline"
 #: the embedded server's application login: a member of ``checkworthy_pipeline``, like production's
 APP_LOGIN = "checkworthy_app"
 #: advisory lock serialising the creation of :data:`APP_LOGIN` (roles are cluster-wide)
@@ -64,8 +66,6 @@ def application_url(owner_url: str) -> str:
     """Migrate as the owner, make :data:`APP_LOGIN` a login member of ``checkworthy_pipeline`` (once;
     idempotent) and return ``owner_url`` logging in as it, without a password: for a server that
     trusts local logins, as the embedded one trusts its Unix socket."""
-    from checkworthy.store.audit import PIPELINE_ROLE, ensure_login  # audit builds on this module
-
     migrate(owner_url)
     engine = create_engine(owner_url, poolclass=NullPool)
     try:
@@ -128,6 +128,45 @@ def _ensure_database(admin_url, database: str) -> None:
         if not exists:
             conn.execute(text(f'CREATE DATABASE "{database}"'))
     engine.dispose()
+
+
+def ensure_login(conn: Connection, user: str, group: str, password: str | None,
+                 read_only: bool = False) -> None:
+    """Create or update the login ``user`` as a member of ``group``.
+
+    The password travels as a bind parameter into a session setting and is quoted by the
+    server (``format('%L')``), so it never appears in a statement text or a log line.
+    A ``None`` password leaves an existing one unchanged (a new role gets none: it can log in
+    only where the server trusts local connections, as the embedded one does).
+    """
+    conn.execute(text("SELECT set_config('checkworthy.login_user', :u, true), "
+                      "set_config('checkworthy.login_group', :g, true), "
+                      "set_config('checkworthy.login_password', :p, true), "
+                      "set_config('checkworthy.login_read_only', :ro, true)"),
+                 {"u": user, "g": group, "p": password or "", "ro": "on" if read_only else "off"})
+    conn.execute(text("""
+DO $$
+DECLARE
+    u text := current_setting('checkworthy.login_user');
+    g text := current_setting('checkworthy.login_group');
+    p text := current_setting('checkworthy.login_password');
+BEGIN
+    IF u = current_user OR u = session_user THEN
+        RAISE EXCEPTION 'login % is the migrating owner: give the pipeline and auditor their own logins', u;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = u) THEN
+        EXECUTE format('CREATE ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE INHERIT', u);
+    END IF;
+    EXECUTE format('ALTER ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE', u);
+    IF p <> '' THEN
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', u, p);
+    END IF;
+    EXECUTE format('GRANT %I TO %I', g, u);
+    IF current_setting('checkworthy.login_read_only') = 'on' THEN
+        EXECUTE format('ALTER ROLE %I SET default_transaction_read_only = on', u);
+    END IF;
+END $$"""))
+    conn.execute(text("SELECT set_config('checkworthy.login_password', '', true)"))
 
 
 def database_url(owner: bool = False) -> str:
