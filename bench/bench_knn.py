@@ -238,7 +238,9 @@ def main() -> None:
     args = ap.parse_args()
     quiet_offline_env()
     vecs = sentence_vectors()
-    engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-knn-{os.getpid()}", "bench", cleanup_mode="delete"))
+    # as the owner: the floor's scratch tables are DDL, which the application's login may not do
+    engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-knn-{os.getpid()}", "bench", cleanup_mode="delete",
+                                     owner=True))
     n_l, n_q = (5_000, 50_000) if args.quick else (25_000, 1_000_000)
     n_q = args.queries or n_q
     rows = [size(engine, "claimbuster", vecs, 1314, 2745, 2745, args.workers, args.ef_search),

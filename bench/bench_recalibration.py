@@ -147,8 +147,9 @@ def main() -> None:
     ap.add_argument("--ef-search", type=int, default=EF_SEARCH)
     args = ap.parse_args()
     quiet_offline_env()
+    # as the owner: only a table's owner may ANALYZE it (the generated data's planner statistics)
     engine = get_engine(embedded_url(VAR_DIR / f"pg-bench-recal-{os.getpid()}", "bench",
-                                     cleanup_mode="delete"))
+                                     cleanup_mode="delete", owner=True))
     t0 = time.perf_counter()
     d = generate(engine, args.targets, args.labelled, args.new)
     print(f"generated {args.targets:,} targets, {args.labelled:,} + {args.new} labelled claims "

@@ -23,15 +23,26 @@ _prefect_logging_for_the_session()
 
 
 @pytest.fixture(scope="session")
-def db_url() -> str:
-    """A fresh cluster per session under var/ (the server runs as its own OS user when we are
-    root, so it must be able to reach its folder; pytest's 0700 tmp dirs would lock it out)."""
+def owner_url() -> str:
+    """The superuser of a fresh cluster per session under var/, unmigrated: for what only the owner
+    does (create databases, provision logins, migrate). The server runs as its own OS user when we
+    are root, so it must be able to reach its folder; pytest's 0700 tmp dirs would lock it out.
+    ``TEST_DATABASE_URL``, if set, names the owner of another server (trusting local logins)."""
     from checkworthy.store.engine import embedded_url
 
     if os.environ.get("TEST_DATABASE_URL"):
         return os.environ["TEST_DATABASE_URL"]
     pgdata = VAR_DIR / f"pg-test-{os.getpid()}"
-    return embedded_url(pgdata, database="checkworthy_test", cleanup_mode="delete")
+    return embedded_url(pgdata, database="checkworthy_test", cleanup_mode="delete", owner=True)
+
+
+@pytest.fixture(scope="session")
+def db_url(owner_url) -> str:
+    """The application's login, exactly as ``checkworthy`` connects to the embedded server: a
+    member of the pipeline role, after the owner migrated."""
+    from checkworthy.store.engine import application_url
+
+    return application_url(owner_url)
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +59,17 @@ def engine(db_url):
     from checkworthy.store.engine import get_engine
 
     eng = get_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def owner_engine(owner_url, engine):
+    """The migrating owner (the cluster's superuser), for tests of what only it may do or of what
+    binds even it (the append-only triggers)."""
+    from sqlalchemy import create_engine
+
+    eng = create_engine(owner_url)
     yield eng
     eng.dispose()
 

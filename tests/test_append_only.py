@@ -1,7 +1,9 @@
 """Append-only records, enforced by the database (migration 0002), not only by the code.
 
-Every statement here runs as the superuser that owns the test cluster: the triggers bind
-every role, so a bug, a hurried script or a psql session cannot rewrite evidence either.
+The refusals are tried as the superuser that owns the test cluster (``owner_engine``): the
+triggers bind every role, so a bug, a hurried script or a psql session cannot rewrite evidence
+either. The application logs in as a pipeline member (``engine``, exactly as ``checkworthy``
+connects to the embedded server), which cannot even switch the triggers off.
 A correction is a new row (a new label, a new label set, a new run).
 """
 
@@ -16,10 +18,12 @@ from sqlalchemy.exc import DBAPIError
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
+from checkworthy.store.engine import APP_LOGIN
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.worlds import Scenario, build_scenario
 
 RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise
+DENIED = "42501"  # insufficient_privilege
 
 
 
@@ -77,8 +81,9 @@ def _where_params(sc: Scenario, run_id: int) -> dict:
 
 
 @pytest.mark.parametrize("table", sorted(PROTECTED))
-def test_protected_rows_cannot_be_updated_deleted_or_truncated(engine, complete, table):
+def test_protected_rows_cannot_be_updated_deleted_or_truncated(owner_engine, complete, table):
     sc, run_id = complete
+    engine = owner_engine  # the triggers bind even the owner
     where, params = PROTECTED[table], _where_params(sc, run_id)
     with engine.connect() as conn:
         before = conn.execute(text(f"SELECT count(*) FROM {table} WHERE {where}"), params).scalar_one()
@@ -125,8 +130,9 @@ def test_a_correction_is_a_new_label_and_a_new_label_set(engine, complete):
     assert tuple(run) == ("complete", sc.label_set_id)
 
 
-def test_a_finished_run_never_changes(engine, complete):
+def test_a_finished_run_never_changes(owner_engine, complete):
     sc, run_id = complete
+    engine = owner_engine  # the guard binds even the owner
     for sql in ("UPDATE calibration_runs SET status = 'running', finished_at = NULL WHERE id = :r",
                 "UPDATE calibration_runs SET status = 'failed' WHERE id = :r",
                 "UPDATE calibration_runs SET params = params || '{\"note\": 1}' WHERE id = :r",
@@ -157,8 +163,9 @@ def _insert_running(engine: Engine, sc: Scenario, key: str) -> int:
         ).scalar_one()
 
 
-def test_a_running_run_may_only_finish(engine, complete):
-    """The one update the code makes is allowed; every other change to a run is refused."""
+def test_a_running_run_may_only_finish(engine, owner_engine, complete):
+    """The one update the code makes is allowed to the application; every other change to a run
+    is refused, even to the owner (whose privileges would allow it)."""
     sc, _ = complete
     run = _insert_running(engine, sc, "guard-" + "0" * 58)
     p = {"r": run}
@@ -170,7 +177,7 @@ def test_a_running_run_may_only_finish(engine, complete):
                 # complete with fewer results than it says it calibrated
                 "UPDATE calibration_runs SET status = 'complete', finished_at = now(), "
                 "params = params || '{\"n_calibrated\": 2}' WHERE id = :r"):
-        assert sqlstate(refused(engine, sql, p)) == RESTRICT, sql
+        assert sqlstate(refused(owner_engine, sql, p)) == RESTRICT, sql
     with engine.begin() as conn:  # a progress note while running is fine: params gain a key
         conn.execute(text("UPDATE calibration_runs SET params = params || '{\"phase\": 1}' WHERE id = :r"), p)
         conn.execute(text("UPDATE calibration_runs SET status = 'failed', finished_at = now() "
@@ -238,3 +245,39 @@ def test_every_table_is_append_only_in_the_database(engine):
     truncates = {name for name, kind in guarded if kind & 32}
     assert tables and not tables - rows, f"UPDATE/DELETE allowed on {sorted(tables - rows)}"
     assert not tables - truncates, f"TRUNCATE allowed on {sorted(tables - truncates)}"
+
+
+def test_the_application_cannot_switch_the_triggers_off(engine, owner_engine, complete):
+    """``checkworthy`` logs in as a member of the pipeline role, not as the superuser: the
+    replication role that would silence the triggers is refused to it, and so is the rewrite it
+    would let through. As the superuser the same statements go through (rolled back here), which
+    is why the application never connects as the owner."""
+    sc, run_id = complete  # written by the application: its normal work goes through
+    with engine.connect() as conn:
+        who = conn.execute(text(
+            "SELECT current_user, rolsuper, pg_has_role(current_user, 'checkworthy_pipeline', 'MEMBER'), "
+            "pg_has_role(current_user, 'checkworthy_owner', 'MEMBER') FROM pg_roles "
+            "WHERE rolname = current_user")).one()
+    assert tuple(who) == (APP_LOGIN, False, True, False)
+    params = _where_params(sc, run_id)
+    rewrites = ("DELETE FROM calibrated_results WHERE run_id = :run",
+                "UPDATE labels SET label = 1 - label WHERE claim_id = ANY(:lab)")
+    for sql in rewrites:
+        with engine.connect() as conn:
+            for bypass in ("SET session_replication_role = replica",
+                           "SELECT set_config('session_replication_role', 'replica', false)"):
+                with pytest.raises(DBAPIError) as info:
+                    conn.execute(text(bypass))
+                assert sqlstate(info.value) == DENIED, bypass
+                conn.rollback()
+            with pytest.raises(DBAPIError) as info:
+                conn.execute(text(sql), params)
+            assert sqlstate(info.value) == DENIED, sql
+            conn.rollback()
+    with owner_engine.connect() as conn:  # the threat is real: the superuser's bypass works
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        assert [conn.execute(text(sql), params).rowcount > 0 for sql in rewrites] == [True, True]
+        conn.rollback()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM calibrated_results WHERE run_id = :run"),
+                            params).scalar_one() == len(sc.unl_ids)

@@ -152,7 +152,7 @@ def world(engine):
     return runs
 
 
-def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
+def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, owner_engine, world):
     rid = world[("verbalised", 5)]
     with engine.begin() as conn:
         cid = comparisons.ensure_comparison(conn, rid, code_rev="test")
@@ -176,9 +176,9 @@ def test_stored_comparison_reproduces_the_run_and_is_append_only(engine, world):
     assert not any(r["method"] == "temperature" for r in rows)  # verbalised score
     # the embedding head got the stored MiniLM vectors of L and of the targets
     assert ("head", "minilm-head", None, "weighted_f1", "all") in idx and info["head"]["C"] > 0
-    with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+    with pytest.raises(DBAPIError, match="append-only"), owner_engine.begin() as conn:  # even the owner
         conn.execute(text("UPDATE method_comparison SET value = 0 WHERE comparison_id = :c"), {"c": cid})
-    with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+    with pytest.raises(DBAPIError, match="append-only"), owner_engine.begin() as conn:
         conn.execute(text("DELETE FROM method_comparisons WHERE id = :c"), {"c": cid})
 
 

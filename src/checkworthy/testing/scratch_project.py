@@ -31,6 +31,7 @@ from checkworthy.data import versioning
 from checkworthy.data.datasets import load_clef, normalise_text
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
+from checkworthy.store.engine import application_url
 from checkworthy.testing.datasets import raw_path
 
 CLEF_FILES = (("train", "CT24_checkworthy_english_train.tsv"),
@@ -105,9 +106,10 @@ def make_scratch_project(tmp: Path, db_url: str, seed: int, *, raw_data: bool = 
 
 
 @contextmanager
-def fresh_database(db_url: str, name: str) -> Iterator[str]:
-    """A new, empty database ``name`` on the session's Postgres server (the schema comes with the
-    first connection, by Alembic); dropped afterwards.
+def fresh_database(owner_url: str, name: str) -> Iterator[str]:
+    """A new database ``name`` on the session's Postgres server, migrated by its owner; the URL of
+    the application's login to it (:func:`checkworthy.store.engine.application_url`); dropped
+    afterwards.
 
     End-to-end tests whose label files reach every CLEF lineage, or whose served ``watch`` records
     the guidelines baseline, use one so that they neither see nor change the other tests' lineages.
@@ -115,7 +117,7 @@ def fresh_database(db_url: str, name: str) -> Iterator[str]:
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    url = make_url(db_url)
+    url = make_url(owner_url)
     admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
 
     def drop() -> None:
@@ -126,7 +128,7 @@ def fresh_database(db_url: str, name: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield url.set(database=name).render_as_string(hide_password=False)
+        yield application_url(url.set(database=name).render_as_string(hide_password=False))
     finally:
         drop()
         admin.dispose()
