@@ -42,11 +42,11 @@ SECRET = "webhook-secret-of-the-loop-test"
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, db_url):
+def project(tmp_path_factory, owner_url):
     """A scratch project, its own database, and a ``predict --name team-desk`` run: 40 labelled
     CLEF train claims (L) and 30 dev-test claims (U, the team's batch)."""
     tmp = tmp_path_factory.mktemp("loop")
-    with fresh_database(db_url, f"checkworthy_loop_{os.getpid()}") as url:
+    with fresh_database(owner_url, f"checkworthy_loop_{os.getpid()}") as url:
         engine = create_engine(url)
         try:
             proj = make_scratch_project(tmp, url, 7007)
