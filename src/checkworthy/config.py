@@ -54,7 +54,8 @@ def _read_yaml(path: Path) -> Any:
         with open(path, encoding="utf-8") as fh:
             return yaml.safe_load(fh)
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(path, None, None, f"cannot read the file: {getattr(exc, 'strerror', None) or exc}") from None
+        why = getattr(exc, "strerror", None) or exc
+        raise DataError(path, None, None, f"cannot read the file: {why}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (column {mark.column + 1})" if mark else ""

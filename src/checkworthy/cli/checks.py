@@ -80,8 +80,8 @@ def claim_ref(text: str) -> str:
     digits = text[3:]
     if text.startswith("id:") and not (digits.isascii() and digits.isdigit()
                                          and len(digits) <= 19 and int(digits) <= MAX_BIGINT):
-        raise argparse.ArgumentTypeError(f"id: must be followed by a claim id (digits, at most {MAX_BIGINT}), "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"id: must be followed by a claim id (digits, at most "
+                                         f"{MAX_BIGINT}), got {text!r}")
     return text
 
 
