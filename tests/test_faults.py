@@ -308,6 +308,18 @@ def test_a_store_lost_mid_run_is_one_line_and_the_same_command_resumes(cluster, 
     assert len(out.read_text().splitlines()) == len(claims) - 60 + 1
 
 
+def test_a_store_that_cannot_be_reached_is_one_line(tmp_path):
+    """``DATABASE_URL`` naming a server that is not there: one line saying the store cannot be
+    reached and that nothing was written (status 1), not a traceback."""
+    done = subprocess.run([sys.executable, "-m", "checkworthy.cli.main", "explain", "826"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=TIMEOUT,
+                          env=os.environ | {"DATABASE_URL": f"postgresql://postgres@/x?host={tmp_path}"})
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: the store cannot be reached (") and str(tmp_path) in done.stderr
+    assert "nothing was written" in done.stderr
+
+
 # ------------------------------------------------------------------ the model runtime dies
 
 RUNTIME = r"""

@@ -60,8 +60,9 @@ def lost_connection(exc: BaseException) -> DBAPIError | None:
     killed or restarted, the network cut, a refused reconnect), not an error of a statement; None
     when there is none. Its transaction was rolled back by the server."""
     cause: BaseException | None = exc
-    found = None
-    while cause is not None:
+    found, seen = None, set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
         if isinstance(cause, DBAPIError) and (cause.connection_invalidated or _connection_failure(cause)):
             found = cause
         cause = cause.__cause__ or cause.__context__
