@@ -207,3 +207,26 @@ def test_predict_names_its_lineage_and_refuses_another_files_name(use_db, tmp_pa
     assert main([*argv, "--out", str(tmp_path / "o2.csv"), "--name", "desk-q"]) == 2
     assert "--name desk-q: already the lineage of other labels" in capsys.readouterr().err
     assert table_counts(use_db) == before and not (tmp_path / "o2.csv").exists()
+
+
+@pytest.mark.parametrize("seed", [0, 38])
+def test_scores_without_signal_give_no_share_not_a_zero_width_interval(use_db, tmp_path, seed, capsys):
+    """Random scores (no signal): the decisions on L do not separate its classes, so the batch's
+    share is 'not estimable' with the reason, never '0.000 (95% interval 0.000-0.000)' or
+    '1.000 (95% interval 1.000-1.000)' (what these seeds printed before) beside a naive share near 0.5."""
+    import random
+    import re
+
+    rows, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    rng = random.Random(seed)
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"],
+                    [(c.source_id, c.text, rng.random(), c.label) for c in rows[:150]])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"],
+                    [(c.source_id, c.text, rng.random()) for c in rows[150:300]])
+    assert main(["calibrate", "--labeled", str(lab), "--unlabeled", str(unl), "--k", str(K),
+                 "--out", str(tmp_path / "OUT.csv")]) == 0
+    printed = capsys.readouterr().out
+    (line,) = [x for x in printed.splitlines() if x.startswith("share check-worthy in this batch")]
+    assert line.startswith("share check-worthy in this batch: not estimable: the decisions on the labelled "
+                           "file do not separate its classes (TPR "), line
+    assert "naive (share called check-worthy) 0." in line and not re.search(r"interval ([01])\.000-\1\.000", line)

@@ -273,6 +273,56 @@ def test_a_killed_calibration_is_closed_as_abandoned(use_db, db_url, owner_engin
     assert main(["report", f"run:{killed.id}"]) == 2  # a report takes complete runs only
 
 
+def test_a_store_lost_mid_run_is_one_line_and_the_same_command_resumes(cluster, tmp_path):
+    """The database dies while ``checkworthy calibrate`` writes its results (held inside its
+    transaction by a table lock): one line says so and that the same command again resumes
+    (status 1), not a traceback; once the server is back, the same command completes the run."""
+    engine = create_engine(cluster.url_crash, pool_pre_ping=True)
+    claims = clef_claims()[100:190]
+    lab = _claims_file(tmp_path / "L.csv", claims[:60], labels=True)
+    unl = _claims_file(tmp_path / "U.csv", claims[60:], labels=False)
+    out = tmp_path / "OUT.csv"
+    argv = [sys.executable, "-m", "checkworthy.cli.main", "calibrate", "--labeled", lab, "--unlabeled", unl,
+            "--k", "5", "--out", str(out)]
+    env = os.environ | {"DATABASE_URL": cluster.url_crash}
+    holder = engine.connect()
+    holder.execute(text("LOCK TABLE calibrated_results IN EXCLUSIVE MODE"))
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(lambda: child.poll() is not None or _waiting_on(engine, "INSERT INTO calibrated_results"),
+                 "the run to wait on its results")
+        assert child.poll() is None, child.communicate()[1]
+        cluster.kill()
+        _, err = child.communicate(timeout=TIMEOUT)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        holder.invalidate()
+        holder.close()
+        engine.dispose()
+        cluster.restart()
+    assert child.returncode == 1, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: the store was lost mid-run (") and err.strip().endswith(
+        "nothing partial is kept: the same command again resumes"), err
+    assert not out.exists()
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert len(out.read_text().splitlines()) == len(claims) - 60 + 1
+
+
+def test_a_store_that_cannot_be_reached_is_one_line(tmp_path):
+    """``DATABASE_URL`` naming a server that is not there: one line saying the store cannot be
+    reached and that nothing was written (status 1), not a traceback."""
+    done = subprocess.run([sys.executable, "-m", "checkworthy.cli.main", "explain", "826"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=TIMEOUT,
+                          env=os.environ | {"DATABASE_URL": f"postgresql://postgres@/x?host={tmp_path}"})
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: the store cannot be reached (") and str(tmp_path) in done.stderr
+    assert "nothing was written" in done.stderr
+
+
 # ------------------------------------------------------------------ the model runtime dies
 
 RUNTIME = r"""

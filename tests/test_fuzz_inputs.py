@@ -527,6 +527,81 @@ def test_every_command_refuses_bad_input_before_writing(use_db, tmp_path, capsys
     assert after == before
 
 
+# ---------------------------------------------------------------- refused in one line, not a traceback
+
+#: a claim stored for explain's case (its dataset is this test's own)
+EXPLAINED = "tb-explained-1"
+#: command lines (placeholders: the files of GOOD_FILES and ONE_LINE_FILES, OUT, tmp) that once gave a
+#: traceback, and what their one error line names
+ONE_LINE_CASES: dict[str, tuple[list[str], str]] = {
+    "explain id:\u00b2": (["explain", "id:\u00b2"], "id:\u00b2"),
+    "explain --run beyond a bigint": (["explain", EXPLAINED, "--run", "9999999999999999999999999"], "--run"),
+    "explain id: beyond a bigint": (["explain", "id:99999999999999999999"], "id:99999999999999999999"),
+    "serve --port 70000": (["serve", "--port", "70000"], "--port"),
+    "label-studio-backend --port 70000": (["label-studio-backend", "--project", "1", "--port", "70000"], "--port"),
+    "predict --params not YAML": ([*PREDICT, "--params", "{BADYAML}"], "{BADYAML}, row 3: not valid YAML"),
+    "predict --params a list": ([*PREDICT, "--params", "{LISTYAML}"], "{LISTYAML}: not a params file"),
+    "review import of JSON nested 100,000 deep": (["review", "import", "{DEEP}"], "{DEEP}: "),
+}
+ONE_LINE_FILES = {"BADYAML.yaml": b"predict:\n  k: [1\n  alpha: 0.1\n", "LISTYAML.yaml": b"- k\n- alpha\n",
+                  "DEEP.json": b"[" * 100_000 + b"]" * 100_000}
+
+
+@pytest.mark.parametrize("case", ONE_LINE_CASES)
+def test_refused_in_one_line_not_a_traceback(use_db, tmp_path, capsys, case):
+    """A character that is a digit to Python but no number, an id no bigint holds, a port above
+    65535, a params file that is not YAML (or not a mapping), JSON nested past the parser's
+    recursion: exit 2 with one line naming the option or the file, the store unchanged."""
+    from checkworthy.store import rows as store
+
+    with use_db.begin() as conn:
+        store.upsert_claims(conn, [store.NewClaim("tb-one-line", "U", EXPLAINED, "A claim explain finds.")])
+    argv, named = ONE_LINE_CASES[case]
+    paths = {k: tmp_path / f"{k}{SUFFIX.get(k, '.csv')}" for k in GOOD_FILES}
+    for k, path in paths.items():
+        path.write_bytes(GOOD_FILES[k])
+    for name, data in ONE_LINE_FILES.items():
+        paths[name.split(".")[0]] = tmp_path / name
+        (tmp_path / name).write_bytes(data)
+    subs = {k: str(v) for k, v in paths.items()} | {"OUT": str(tmp_path / "OUT.csv"), "tmp": str(tmp_path)}
+    before = table_counts(use_db)
+    code = main([a.format(**subs) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err)
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert named.format(**subs) in err, err
+    assert table_counts(use_db) == before
+
+
+@pytest.mark.parametrize("kind", ["label file", "Label Studio export"])
+def test_a_dataset_not_pulled_yet_is_named_not_a_traceback(use_db, tmp_path, capsys, monkeypatch, kind):
+    """A label naming a claim of clef2024 by id alone, in a clone whose raw data is not pulled:
+    one line naming the file, the row and the dataset, and saying how to get the data."""
+    from checkworthy.data import datasets
+    from checkworthy.runs.label_updates import _raw_claims
+
+    monkeypatch.setattr(datasets, "DATA_DIR", tmp_path / "data")  # data/ as a fresh clone has it: absent
+    _raw_claims.cache_clear()
+    if kind == "label file":
+        path = tmp_path / "labels.csv"
+        path.write_bytes(b"id,dataset,label\ntb-unpulled-1,clef2024,1\n")
+        argv, named = ["labels", "add", str(path)], f"{path}, row 2, field 'dataset': "
+    else:
+        path = tmp_path / "export.json"
+        path.write_bytes(ls_export("tb-unpulled-1", "Yes"))
+        argv, named = ["review", "import", str(path)], f"{path}, row 1"
+    before = table_counts(use_db)
+    try:
+        code = main(argv)
+    finally:
+        _raw_claims.cache_clear()
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err)
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert named in err and "raw data of 'clef2024' is not there" in err and "dvc pull" in err, err
+    assert table_counts(use_db) == before
+
+
 # ---------------------------------------------------------------- outputs that cannot be written
 
 #: what each command says of an output it cannot write (``{why}``: the system's words for it)

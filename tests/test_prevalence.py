@@ -61,3 +61,42 @@ def test_prior_threshold_is_bayes_rule_under_label_shift():
             odds = theta / (1 - theta) * (bat / (1 - bat)) / (lab / (1 - lab))
             assert (odds / (1 + odds) >= thr) == (theta >= t)
     assert 0 < prior_threshold(0.5, 0.0) < 1 and prior_threshold(0.5, 0.5, 1.0) == 1.0
+
+
+def test_decisions_without_signal_are_not_estimable_never_a_zero_width_interval_at_a_bound():
+    """Decisions on L unrelated to its labels: ppi_py's interval, centred on a ratio that divides by
+    noise and clipped to [0, 1], had no width at 0 or 1 in a sixth of the draws; now there is no
+    estimate, with the reason and TPR and FPR, wherever TPR > FPR is not shown at the level."""
+    rng = np.random.default_rng(0)
+    reasons = []
+    for _ in range(300):
+        y = (rng.random(150) < 0.3).astype(int)
+        p = share_positive(y, (rng.random(150) < 0.5).astype(int), (rng.random(150) < 0.5).astype(int))
+        assert p.estimate is not None or p.not_estimable is not None
+        assert p.low is None or not (p.low == p.high and p.low in (0.0, 1.0)), p
+        reasons.append(p.not_estimable)
+    assert reasons.count("no signal") >= 0.9 * len(reasons)
+    p = share_positive(y, (rng.random(150) < 0.5).astype(int), np.ones(20, int))
+    assert p.estimate is None and "do not separate its classes (TPR" in p.why and "FPR" in p.why
+
+
+def test_an_adjusted_share_beyond_the_bounds_is_not_estimable():
+    """A real signal on L, a batch whose share called positive lies far below L's FPR: the adjusted
+    share is negative beyond its interval, which label shift cannot produce; withdrawn, with why."""
+    y = np.array([0] * 200 + [1] * 200)
+    yhat = np.array([0] * 120 + [1] * 80 + [0] * 40 + [1] * 160)  # FPR 0.4, TPR 0.8
+    p = share_positive(y, yhat, np.array([1] * 5 + [0] * 495))  # naive 0.01
+    assert p.estimate is None and p.low is None and p.not_estimable == "beyond [0, 1]"
+    assert "lies beyond [0, 1]" in p.why and p.naive == 0.01
+
+
+def test_a_stored_zero_width_interval_at_a_bound_is_withdrawn_when_read():
+    """A run stored before the withdrawal is read back without its degenerate estimate."""
+    from checkworthy.method.prevalence import stored_share
+
+    stored = {"estimate": 0.0, "low": 0.0, "high": 0.0, "naive": 0.47, "labelled": 0.27, "labelled_low": 0.2,
+              "labelled_high": 0.35, "level": 0.95, "n_labelled": 150, "n_batch": 150, "not_estimable": None,
+              "from": "raw score"}
+    p = stored_share(stored)
+    assert p.estimate is None and p.not_estimable == "beyond [0, 1]" and p.naive == 0.47
+    assert stored_share({**stored, "low": 0.0, "high": 0.2}).estimate == 0.0

@@ -41,8 +41,10 @@ def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
     keys replace OTHER's, so production (``params.production.yaml``) cannot drift from params.yaml.
     """
     path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        params = yaml.safe_load(fh) or {}
+    params = _read_yaml(path) or {}
+    if not isinstance(params, dict):
+        raise DataError(path, None, None, f"not a params file: expected keys (a YAML mapping), got a "
+                                          f"{type(params).__name__}")
     base = params.pop("extends", None)
     params = load_params(path.parent / base) | params if base else params
     check_models(params, path)
@@ -61,6 +63,24 @@ def serving_window(params: dict[str, Any], path: Path | str = PARAMS_FILE) -> fl
         raise DataError(path, None, "serving.window_seconds",
                         f"must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's content; a file that cannot be read or parsed is a :class:`DataError` naming
+    its line, not a traceback."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise DataError(path, None, None, f"cannot read the file: {why}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (column {mark.column + 1})" if mark else ""
+        raise DataError(path, mark.line + 1 if mark else None, None,
+                        f"not valid YAML: {getattr(exc, 'problem', None) or exc}{where}") from None
+    except RecursionError:
+        raise DataError(path, None, None, "not valid YAML: nested too deeply") from None
 
 
 def model_name(entry: dict[str, Any]) -> str:

@@ -20,6 +20,10 @@ from checkworthy.errors import UsageError
 #: a lineage name a person gives (``--name``): safe in a URL and a shell, and never one of the
 #: names the package makes, which all hold a ':' (``upload:<hash>:labeled``, ``clef2024:calibration:...``)
 LINEAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: the largest whole number the store holds (a bigint): a run or claim id, a count, never above it
+MAX_BIGINT = 2**63 - 1
+#: the largest TCP port
+MAX_PORT = 65535
 
 
 def _number(text: str) -> float:
@@ -49,20 +53,35 @@ def closed_unit(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    """A count of at least 1 (``--k``, ``--limit``)."""
+    """A count or an id of at least 1 (``--k``, ``--limit``, ``--run``), at most what the store
+    holds (:data:`MAX_BIGINT`), so that it never reaches a query as a number out of range."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    if value > MAX_BIGINT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BIGINT}, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535 (``--port``)."""
+    value = positive_int(text)
+    if value > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"a port is at most {MAX_PORT}, got {text}")
     return value
 
 
 def claim_ref(text: str) -> str:
-    """A claim's source id, or ``id:<claim id>`` with a whole number."""
-    if text.startswith("id:") and not text[3:].isdigit():
-        raise argparse.ArgumentTypeError(f"id: must be followed by a claim id (digits), got {text!r}")
+    """A claim's source id, or ``id:<claim id>`` with a claim id: ASCII digits (``str.isdigit``
+    also takes '²'), at most :data:`MAX_BIGINT`."""
+    digits = text[3:]
+    if text.startswith("id:") and not (digits.isascii() and digits.isdigit()
+                                         and len(digits) <= 19 and int(digits) <= MAX_BIGINT):
+        raise argparse.ArgumentTypeError(f"id: must be followed by a claim id (digits, at most "
+                                         f"{MAX_BIGINT}), got {text!r}")
     return text
 
 
@@ -79,9 +98,12 @@ def run_ids(given: str, prefix: str = "") -> list[int]:
     """The distinct run ids, sorted, of ``--run 3,5`` (or, with ``prefix`` ``run:``, of
     ``run:3,5``); a :class:`UsageError` shows the form expected."""
     try:
-        return sorted({int(x) for x in given.removeprefix(prefix).split(",") if x.strip()})
+        ids = sorted({int(x) for x in given.removeprefix(prefix).split(",") if x.strip()})
     except ValueError:
         raise UsageError(f"expected {prefix or '--run '}<id>[,<id>...], got {given!r}") from None
+    if ids and ids[-1] > MAX_BIGINT:
+        raise UsageError(f"{given}: a run id is at most {MAX_BIGINT}")
+    return ids
 
 
 def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:

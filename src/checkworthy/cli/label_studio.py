@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from checkworthy.cli.checks import positive_int
+from checkworthy.cli.checks import port, positive_int
 from checkworthy.cli.serve import add_selection_arguments
 from checkworthy.config import PARAMS_FILE
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="the Label Studio project id it serves (repeat for several); others are refused")
     add_selection_arguments(lb)
     lb.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    lb.add_argument("--port", type=positive_int, default=9090, help="default 9090 (Label Studio's habit)")
+    lb.add_argument("--port", type=port, default=9090, help="default 9090 (Label Studio's habit)")
     lb.add_argument("--params", default=str(PARAMS_FILE),
                     help="params file (models, predict: defaults; the label updates' validation)")
     lb.set_defaults(func=cmd_label_studio_backend)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
-from checkworthy.cli.checks import positive_int
+from checkworthy.cli.checks import port, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.errors import UsageError
 
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_selection_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=positive_int, default=8000, help="default 8000")
+    p.add_argument("--port", type=port, default=8000, help="default 8000")
     p.add_argument("--max-batch", type=positive_int, default=100, help="texts per request (default 100)")
     p.add_argument("--max-chars", type=positive_int, default=2000,
                    help="characters per text (default 2000)")

@@ -143,6 +143,8 @@ def _read_json(path: Path) -> list[Answer]:
         raise DataError(path, None, None, f"cannot read the file: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise DataError(path, exc.lineno, None, f"not JSON: {exc.msg}") from exc
+    except RecursionError:  # arrays or objects nested past the parser's recursion limit
+        raise DataError(path, None, None, "not a Label Studio export: JSON nested too deeply") from None
     if not isinstance(items, list):
         raise DataError(path, None, None, "not a Label Studio export (a JSON list of tasks)")
     out = []

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from checkworthy.method.drift import another_kind
+from checkworthy.method.prevalence import stored_share
 from checkworthy.method.selective import ReviewRule
 from checkworthy.report import paper_figures
 from checkworthy.report.drift import drift_line
@@ -116,17 +117,20 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
     line = drift_line(outcome.drift)
     if line:
         print(line)
-    p = outcome.prevalence
-    if p and p.get("not_estimable") == "drift":
+    p = stored_share(outcome.prevalence)
+    if p and p.not_estimable == "drift":
         print(f"share check-worthy in this batch: not estimable: {outcome.drift['share']:.0%} of the batch "
               "lies beyond the labelled set (drift), so its claims of each class need not look like the "
               "labelled ones")
-    elif p and p.get("estimate") is not None:
-        interval = (f"{p['level']:.0%} interval {p['low']:.3f}-{p['high']:.3f}, label-shift PPI"
-                    if p.get("low") is not None
+    elif p and p.not_estimable:
+        print(f"share check-worthy in this batch: not estimable: {p.why}; naive (share called check-worthy) "
+              f"{p.naive:.3f}; in the labelled file {p.labelled:.3f}")
+    elif p and p.estimate is not None:
+        interval = (f"{p.level:.0%} interval {p.low:.3f}-{p.high:.3f}, label-shift PPI"
+                    if p.low is not None and p.high is not None
                     else "no interval: one decision throughout the batch or a class of L")
-        print(f"share check-worthy in this batch: {p['estimate']:.3f} ({interval}); naive (share called "
-              f"check-worthy) {p['naive']:.3f}; in the labelled file {p['labelled']:.3f}")
+        print(f"share check-worthy in this batch: {p.estimate:.3f} ({interval}); naive (share called "
+              f"check-worthy) {p.naive:.3f}; in the labelled file {p.labelled:.3f}")
     if outcome.review:
         print(review_line(outcome))
     if outcome.prior and "batch" in outcome.prior:

@@ -145,6 +145,8 @@ def _review_cell(r: Mapping[str, float]) -> str:
 
 
 def _share_cell(f: Mapping[str, float] | None) -> str:
+    if f and "share_not_estimable" in f:
+        return f"not estimable; naive {fmt(f['share_naive'])}"
     if not f or "share_estimate" not in f:
         return "–"
     interval = f" [{fmt(f['share_low'])}, {fmt(f['share_high'])}]" if "share_low" in f else " (no interval)"

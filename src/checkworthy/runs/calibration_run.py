@@ -322,9 +322,8 @@ def compute_methods(
         fitted["prior"] = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
                            "threshold_on_theta": threshold}
     elif spec.prior == "batch":
-        why = "drift" if prevalence.not_estimable else "L's classes not separated"
         fitted["prior"] = {"mode": "batch", "threshold_on_theta": threshold,
-                           "note": f"no batch estimate ({why}): L's prior"}
+                           "note": f"no batch estimate ({prevalence.not_estimable}): L's prior"}
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     k = fc.choice.k
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),

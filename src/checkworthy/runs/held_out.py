@@ -38,6 +38,7 @@ from checkworthy.data.datasets import (
 )
 from checkworthy.method import metrics
 from checkworthy.method.drift import drift_status
+from checkworthy.method.prevalence import stored_share
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import realised
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
@@ -171,13 +172,17 @@ def review_figures(rule: Mapping[str, Any] | None, y: np.ndarray, theta: np.ndar
 
 def prevalence_figures(stored: Mapping[str, Any] | None, true_share: float) -> dict[str, float]:
     """The run's estimate of the batch's share of check-worthy claims (label-shift PPI) against the
-    true share: estimate, interval, whether it holds the truth, and the naive share called positive."""
-    if not stored or stored.get("estimate") is None:
+    true share: estimate, interval, whether it holds the truth, and the naive share called positive;
+    where the run found it not estimable, the naive share and ``share_not_estimable`` (1.0)."""
+    p = stored_share(stored)
+    if p is None or (p.estimate is None and p.not_estimable is None):
         return {}
-    out = {"share_estimate": float(stored["estimate"]), "share_naive": float(stored["naive"])}
-    if stored.get("low") is not None:
-        low, high = float(stored["low"]), float(stored["high"])
-        out |= {"share_low": low, "share_high": high, "share_covered": float(low <= true_share <= high)}
+    if p.estimate is None:
+        return {"share_not_estimable": 1.0, "share_naive": p.naive}
+    out = {"share_estimate": p.estimate, "share_naive": p.naive}
+    if p.low is not None and p.high is not None:
+        covered = float(p.low <= true_share <= p.high)
+        out |= {"share_low": p.low, "share_high": p.high, "share_covered": covered}
     return out
 
 

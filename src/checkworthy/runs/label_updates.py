@@ -80,7 +80,13 @@ def _resolve(conn: Connection, path: Path, rows: Sequence[LabelRow]) -> dict[tup
         if r.text is not None:
             out[key] = {"claim_id": None, "split": "labels", "text": r.text}
             continue
-        raw = _raw_claims(r.dataset) if r.dataset in ("claimbuster", "clef2024") else {}
+        try:
+            raw = _raw_claims(r.dataset) if r.dataset in ("claimbuster", "clef2024") else {}
+        except FileNotFoundError as exc:  # a clone whose data/ has not been pulled yet
+            raise DataError(path, r.line, "dataset",
+                            f"claim {r.id!r} has no text here and the raw data of {r.dataset!r} is not "
+                            f"there ({exc.filename}): pull it (`dvc pull`) or give its text in a 'text' "
+                            "column") from None
         if r.id not in raw:
             raise DataError(path, r.line, "id",
                             f"unknown claim {r.id!r} of {r.dataset!r}: give its text in a 'text' column")

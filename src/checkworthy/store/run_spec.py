@@ -175,14 +175,21 @@ DRIFT_ACTS = "beyond the radius; all of a batch of another kind"
 #: weights), in every run key: a run stored when the rule was certified on all of L automated other
 #: claims, so it is never reused
 REVIEW_ON = "the batch's labelled neighbours: kNN density ratio weights, Kish effective n"
+#: when the batch's share is estimated (:func:`checkworthy.method.prevalence.share_positive`), in the
+#: key of a run deciding for the batch's prior only: one stored when a degenerate estimate (no signal
+#: on L, a zero-width interval at 0 or 1) moved its threshold is never reused
+SHARE_ESTIMABLE = "TPR > FPR at the level; not beyond [0, 1]"
 
 
 def key_of(body: dict[str, Any]) -> str:
     """The run key of a spec's fields, of how drift acts (:data:`DRIFT_ACTS`) and of what the rule is
-    certified on (:data:`REVIEW_ON`); L's prior and the exact kNN, the defaults, are left out, as
-    before those fields existed."""
+    certified on (:data:`REVIEW_ON`), and for the batch's prior of when its share is estimated
+    (:data:`SHARE_ESTIMABLE`); L's prior and the exact kNN, the defaults, are left out, as before
+    those fields existed."""
     if body.get("prior") == "labelled":
         body = {k: v for k, v in body.items() if k != "prior"}
+    elif body.get("prior") == "batch":
+        body = body | {"share_estimable": SHARE_ESTIMABLE}
     if body.get("knn", "exact") == "exact":
         body = {k: v for k, v in body.items() if k not in ("knn", "ef_search")}
     return sha256_text(json.dumps(body | {"drift_acts": DRIFT_ACTS, "review_on": REVIEW_ON},
