@@ -197,3 +197,55 @@ def test_predict_again_with_the_same_file_calibrates_with_the_head(project):
     assert run_ls == head
     with open(tmp / "OUT2.csv", newline="", encoding="utf-8") as fh:
         assert len(list(csv.DictReader(fh))) == 8
+
+
+def test_an_older_store_gets_a_head_for_every_lineage_and_its_batches_registered(owner_url, tmp_path):
+    """Migration 0020 on a store made before it: a ``calibrate`` lineage without a version gets its
+    label set as its head, and the batch it calibrated becomes a target whose labels join it."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy.engine import make_url
+
+    from checkworthy.config import CODE_ROOT
+    from checkworthy.runs.own_scores import calibrate_files, labelled_lineage
+    from checkworthy.store.run_spec import RunMethods
+
+    name = f"checkworthy_heads_{os.getpid()}"
+    lab = write_csv(tmp_path / "L.csv", ["id", "text", "score", "label"],
+                    [(f"l{i}", f"Spending on item {i} rose by {i * 3} percent", (i % 10) / 10, i % 2)
+                     for i in range(12)])
+    unl = write_csv(tmp_path / "U.csv", ["id", "text", "score"],
+                    [(f"u{i}", f"Taxes on good {i} fell by {i} points", (i % 7) / 7) for i in range(6)])
+    with fresh_database(owner_url, name) as url:
+        engine = create_engine(url)
+        owner = create_engine(make_url(owner_url).set(database=name))
+        cfg = Config(str(CODE_ROOT / "alembic.ini"))
+        cfg.set_main_option("script_location", str(CODE_ROOT / "migrations"))
+        cfg.set_main_option("sqlalchemy.url", make_url(owner_url).set(database=name)
+                            .render_as_string(hide_password=False).replace("%", "%%"))
+        try:
+            out = calibrate_files(engine, lab, unl, tmp_path / "OUT.csv", RunMethods(3))
+            lineage = labelled_lineage(lab)
+            with engine.connect() as conn:
+                target = conn.execute(text("SELECT target FROM calibration_runs WHERE id = :r"),
+                                      {"r": out.run_id}).scalar_one()
+                label_set = lineages.lineage_head(conn, lineage)
+                batch = set(lineages.target_claim_ids(conn, lineage)[target])
+            with owner.begin() as conn:  # the store as it was: no version, no target (the superuser)
+                conn.execute(text("SET LOCAL session_replication_role = replica"))
+                conn.execute(text("DELETE FROM label_set_versions WHERE name = :n"), {"n": lineage})
+                conn.execute(text("DELETE FROM target_claims WHERE target = :t"), {"t": target})
+                conn.execute(text("DELETE FROM calibration_targets WHERE name = :t"), {"t": target})
+            command.downgrade(cfg, "0018")
+            command.upgrade(cfg, "head")
+            with engine.connect() as conn:
+                log = lineages.version_log(conn, lineage)
+                held_out = conn.execute(text("SELECT held_out FROM calibration_targets WHERE name = :t"),
+                                        {"t": target}).scalar_one()
+                assert [(v["label_set_id"], v["reason"]) for v in log] == [(label_set, "initial")]
+                assert held_out is False
+                assert set(lineages.target_claim_ids(conn, lineage)[target]) == batch
+                assert lineages.own_claim_ids(conn, lineage, sorted(batch)) == batch
+        finally:
+            engine.dispose()
+            owner.dispose()

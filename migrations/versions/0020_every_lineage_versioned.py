@@ -3,7 +3,9 @@
 - ``calibration_targets.held_out``: true for a held-out split the lineage is measured on (a
   person's label for one of its claims is gold only, never a calibration label: the main job's
   test splits); false for a team's own claims (``<dataset>:incoming``, the API's claims, the
-  batches of ``predict`` and ``calibrate``), whose labels join the lineage's labelled set.
+  batches of ``predict`` and ``calibrate``: a target a run of theirs calibrated, which records
+  its ``inputs``), whose labels join the lineage's labelled set. Derived again by an upgrade
+  after a downgrade, which drops it.
 - The targets ``predict`` and ``calibrate`` calibrated before this revision were never registered:
   each complete run of theirs (its ``params`` record its ``inputs``) registers its target, with
   the claims it calibrated, as not held out.
@@ -32,7 +34,10 @@ COMMENT ON COLUMN calibration_targets.held_out IS
     'True: a held-out split (labels of its claims are gold only); false: the team''s own claims, '
     'whose labels join the lineage.';
 ALTER TABLE calibration_targets DISABLE TRIGGER calibration_targets_append_only;
-UPDATE calibration_targets SET held_out = false WHERE name LIKE '%\\:incoming';
+UPDATE calibration_targets t SET held_out = false
+WHERE t.name LIKE '%\\:incoming' OR EXISTS (
+    SELECT 1 FROM calibration_runs r JOIN label_sets ls ON ls.id = r.label_set_id
+    WHERE r.target = t.name AND ls.name = t.label_set_name AND r.params ? 'inputs');
 ALTER TABLE calibration_targets ENABLE TRIGGER calibration_targets_append_only;
 
 INSERT INTO calibration_targets (name, label_set_name, held_out)
