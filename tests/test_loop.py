@@ -100,9 +100,24 @@ def test_conflicting_labels_in_one_file_are_refused_naming_both_rows(project):
 def test_labels_on_the_batch_version_gate_recalibrate_and_serve_the_lineage(project):
     """labels added -> new version (validated) -> new run -> the API answers from it."""
     engine, batch, env = project["engine"], project["batch"], project["env"]
-    answered = [(c.source_id, c.label) for c in batch[:12]]
-    path = _answers(project["tmp"] / "answers.csv", project["batch_dataset"], answered)
-    done = run_cli(["labels", "add", str(path)], env, project["repo"])
+    with engine.begin() as conn:
+        _, key = api_keys.create_key(conn, "loop-scorer", "scorer")
+    server = LoopbackServer(create_app(engine, Selection(LINEAGE), load_params(project["params"])))
+
+    def served() -> dict:
+        r = httpx.post(f"{server.url}/score/text", json={"text": batch[20].text},
+                       headers={"X-API-Key": key}, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()["served_run"]
+
+    try:
+        assert served()["run_id"] == project["first"]  # the server is up before the labels come
+        answered = [(c.source_id, c.label) for c in batch[:12]]
+        path = _answers(project["tmp"] / "answers.csv", project["batch_dataset"], answered)
+        done = run_cli(["labels", "add", str(path)], env, project["repo"])
+        after = served()  # the same server, the next request: the recalibrated run
+    finally:
+        server.close()
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{LINEAGE}: new label set version" in done.stdout
     with engine.connect() as conn:
@@ -124,18 +139,7 @@ def test_labels_on_the_batch_version_gate_recalibrate_and_serve_the_lineage(proj
     versions = run_cli(["labels", "versions", LINEAGE], env, project["repo"])
     assert "v2: label set" in versions.stdout
 
-    # the API serves the lineage's newest run: the recalibrated one
-    with engine.begin() as conn:
-        _, key = api_keys.create_key(conn, "loop-scorer", "scorer")
-    server = LoopbackServer(create_app(engine, Selection(LINEAGE), load_params(project["params"])))
-    try:
-        r = httpx.post(f"{server.url}/score/text", json={"text": batch[20].text},
-                       headers={"X-API-Key": key}, timeout=120)
-    finally:
-        server.close()
-    assert r.status_code == 200, r.text
-    assert r.json()["served_run"]["run_id"] == new_run
-    assert r.json()["served_run"]["label_set_id"] == head
+    assert (after["run_id"], after["label_set_id"]) == (new_run, head)  # serve moved to the new run
 
 
 def test_label_studio_annotation_on_a_predict_lineage_versions_it(project, harness):
