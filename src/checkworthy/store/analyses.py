@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, RowMapping, text
 
 from checkworthy.store.run_spec import DEFAULT_CORRECTION
 
@@ -58,7 +58,7 @@ def score_params(conn: Connection, run: Mapping[str, Any]) -> dict[str, Any]:
     return dict(value or {})
 
 
-def run_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
+def run_results(conn: Connection, run_id: int) -> list[RowMapping]:
     """A run's calibrated results, by claim id."""
     return list(conn.execute(
         text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbour_ids,
@@ -66,7 +66,7 @@ def run_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
         {"r": run_id}).mappings())
 
 
-def score_param_siblings(conn: Connection, run: Mapping[str, Any]) -> list[Any]:
+def score_param_siblings(conn: Connection, run: Mapping[str, Any]) -> Sequence[Row[Any]]:
     """Complete runs (id, params_hash) identical to ``run`` except, possibly, for the generation
     parameters of their scores (same target, label set, model, prompt, score kind, k, alpha,
     threshold, interval, embedding and correction), by id."""
@@ -92,7 +92,7 @@ def claim_text(conn: Connection, claim_id: int) -> dict[str, str]:
 
 
 def neighbour_rows(conn: Connection, run: Mapping[str, Any], ids: Sequence[int],
-                   distances: Sequence[float]) -> list[Any]:
+                   distances: Sequence[float]) -> Sequence[Row[Any]]:
     """Each neighbour (rank, nid, dist, source_id, text) with its frozen label (label set item) and
     its score under the run's key, nearest first."""
     return conn.execute(
@@ -178,14 +178,14 @@ def store_analysis(conn: Connection, run: Mapping[str, Any], analysis: str, para
 # ---- analyses (reads) -------------------------------------------------------------------------
 
 
-def analysis_heads(conn: Connection, analysis_ids: Sequence[int]) -> list[Mapping[str, Any]]:
+def analysis_heads(conn: Connection, analysis_ids: Sequence[int]) -> Sequence[RowMapping]:
     """The ``report_analyses`` rows with these ids, by id."""
     return conn.execute(text("SELECT * FROM report_analyses WHERE id = ANY(:i) ORDER BY id"),
                         {"i": [int(i) for i in analysis_ids]}).mappings().all()
 
 
 def earliest_analysis_heads(conn: Connection, group_keys: Sequence[str], group_analyses: Sequence[str],
-                            run_ids: Sequence[int], run_analyses: Sequence[str]) -> list[Mapping[str, Any]]:
+                            run_ids: Sequence[int], run_analyses: Sequence[str]) -> Sequence[RowMapping]:
     """The earliest analysis of each kind of each group and of each run, by id."""
     return conn.execute(
         text("""SELECT * FROM report_analyses WHERE id IN (
@@ -198,13 +198,13 @@ def earliest_analysis_heads(conn: Connection, group_keys: Sequence[str], group_a
          "ra": list(run_analyses)}).mappings().all()
 
 
-def analysis_metric_rows(conn: Connection, analysis_ids: Sequence[int]) -> list[Mapping[str, Any]]:
+def analysis_metric_rows(conn: Connection, analysis_ids: Sequence[int]) -> Sequence[RowMapping]:
     """The ``analysis_metrics`` rows of these analyses."""
     return conn.execute(text("SELECT * FROM analysis_metrics WHERE analysis_id = ANY(:i)"),
                         {"i": list(analysis_ids)}).mappings().all()
 
 
-def failure_example_rows(conn: Connection, analysis_ids: Sequence[int]) -> list[Mapping[str, Any]]:
+def failure_example_rows(conn: Connection, analysis_ids: Sequence[int]) -> Sequence[RowMapping]:
     """The ``failure_examples`` of these analyses, by analysis, category and rank."""
     return conn.execute(text("SELECT * FROM failure_examples WHERE analysis_id = ANY(:i) "
                              "ORDER BY analysis_id, category, rank"),

@@ -10,11 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, RowMapping, text
 
 #: who may do what: a scorer submits texts and reads explanations, an auditor only reads
 ROLES = ("scorer", "auditor")
@@ -77,7 +75,7 @@ def key_for(conn: Connection, secret: str) -> ApiKey | None:
     return None if row is None else ApiKey(row.id, row.name, row.role)
 
 
-def list_keys(conn: Connection) -> list[Mapping[str, Any]]:
+def list_keys(conn: Connection) -> list[RowMapping]:
     """Every key (never its secret or hash), oldest first, with when it was revoked."""
     return list(conn.execute(text(
         """SELECT k.id, k.name, k.role, k.key_prefix, k.created_at, r.revoked_at

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, RowMapping, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.knn import UNRECORDED
@@ -181,12 +181,12 @@ def run_statuses(conn: Connection, run_ids: Sequence[int]) -> dict[int, str]:
                              {"i": [int(i) for i in run_ids]}).all())
 
 
-def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
+def load_run(conn: Connection, run_id: int) -> RowMapping:
     """A run's row as a mapping."""
     return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
 
 
-def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
+def load_results(conn: Connection, run_id: int) -> list[RowMapping]:
     """A run's per-claim results with the claims' source ids, in claim id order."""
     return list(
         conn.execute(
@@ -199,7 +199,7 @@ def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     )
 
 
-def result_values(conn: Connection, run_id: int) -> list[Any]:
+def result_values(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
     """A run's per-claim values without the neighbour arrays (claim_id, score, theta, ci_low, ci_high,
     decision, knn_mean, and ``nearest``: the distance to the nearest labelled neighbour), in claim
     id order."""

@@ -8,24 +8,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, RowMapping, text
 
 # ---- a run's inputs ---------------------------------------------------------------------------
 
 
-def comparison_run(conn: Connection, run_id: int) -> Mapping[str, Any] | None:
+def comparison_run(conn: Connection, run_id: int) -> RowMapping | None:
     """The ``calibration_runs`` row, or None."""
     return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"),
                         {"i": run_id}).mappings().first()
 
 
-def run_targets(conn: Connection, run_id: int) -> list[Any]:
+def run_targets(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
     """The run's targets (claim_id, score, neighbour_ids), by claim id."""
     return conn.execute(text("SELECT claim_id, score, neighbour_ids FROM calibrated_results "
                              "WHERE run_id = :r ORDER BY claim_id"), {"r": run_id}).all()
 
 
-def label_set_splits(conn: Connection, label_set_id: int) -> list[Any]:
+def label_set_splits(conn: Connection, label_set_id: int) -> Sequence[Row[Any]]:
     """The distinct (dataset, split) pairs of a label set's claims."""
     return conn.execute(text(
         """SELECT DISTINCT c.dataset, c.split FROM label_set_items i JOIN claims c ON c.id = i.claim_id

@@ -6,16 +6,16 @@ brought it), so any earlier label set can be rebuilt from the history.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, RowMapping, text
 
 from checkworthy.store import rows as store
 
 
-def find_update(conn: Connection, file_sha256: str) -> Mapping[str, Any] | None:
+def find_update(conn: Connection, file_sha256: str) -> RowMapping | None:
     """The label update of a file with these bytes, if it was considered before."""
     return conn.execute(text("SELECT * FROM label_updates WHERE file_sha256 = :h"),
                         {"h": file_sha256}).mappings().first()
@@ -97,7 +97,7 @@ def append_file_labels(conn: Connection, claim_ids: Sequence[int], labels: Seque
 # --------------------------------------------------------------------------- history
 
 
-def label_history(conn: Connection, claim_id: int) -> list[Mapping[str, Any]]:
+def label_history(conn: Connection, claim_id: int) -> list[RowMapping]:
     """Every label a claim ever had, oldest first, with source, time, update and flow run."""
     return list(conn.execute(
         text("SELECT id, label, source, created_at, update_id, flow_run_id FROM labels "

@@ -8,10 +8,9 @@ A target (``calibration_targets`` / ``target_claims``) names the claims a lineag
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, RowMapping, text
 from sqlalchemy.exc import OperationalError
 
 from checkworthy.errors import StoreBusy
@@ -128,7 +127,7 @@ def heads(conn: Connection) -> dict[str, int]:
     return {r.name: r.label_set_id for r in rows}
 
 
-def version_log(conn: Connection, name: str) -> list[Mapping[str, Any]]:
+def version_log(conn: Connection, name: str) -> list[RowMapping]:
     """A lineage's versions, oldest first: which set, why, from which update and data version."""
     return list(conn.execute(
         text(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, RowMapping, text
 
 REGISTRY_LOCK = 7_2024_0004  # one status change at a time (one champion per lineage)
 STATUSES = ("champion", "challenger", "retired")
@@ -73,13 +73,13 @@ def decide(conn: Connection, version_id: int, status: str, decided_by: str, reas
     ).scalar_one()
 
 
-def version(conn: Connection, version_id: int) -> Mapping[str, Any] | None:
+def version(conn: Connection, version_id: int) -> RowMapping | None:
     """A version with its current status (None if unknown or never decided)."""
     return conn.execute(text("SELECT * FROM model_registry WHERE id = :i"),
                         {"i": version_id}).mappings().first()
 
 
-def champion(conn: Connection, lineage: str) -> Mapping[str, Any] | None:
+def champion(conn: Connection, lineage: str) -> RowMapping | None:
     """The lineage's champion (None: the project's recommended model is in force)."""
     return conn.execute(
         text("""SELECT * FROM model_registry WHERE lineage = :l AND status = 'champion'
@@ -88,7 +88,7 @@ def champion(conn: Connection, lineage: str) -> Mapping[str, Any] | None:
     ).mappings().first()
 
 
-def versions(conn: Connection, lineage: str | None = None) -> list[Mapping[str, Any]]:
+def versions(conn: Connection, lineage: str | None = None) -> list[RowMapping]:
     """Every version (of ``lineage``, when given), oldest first, with its current status."""
     return list(conn.execute(
         text("""SELECT * FROM model_registry WHERE CAST(:l AS text) IS NULL OR lineage = :l
@@ -97,7 +97,7 @@ def versions(conn: Connection, lineage: str | None = None) -> list[Mapping[str, 
     ).mappings())
 
 
-def decisions(conn: Connection, version_id: int) -> list[Mapping[str, Any]]:
+def decisions(conn: Connection, version_id: int) -> list[RowMapping]:
     """A version's decisions, oldest first."""
     return list(conn.execute(
         text("SELECT * FROM model_decisions WHERE version_id = :v ORDER BY id"), {"v": version_id}

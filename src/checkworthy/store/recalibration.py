@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.calibration_runs import RESULT_COLUMNS
@@ -78,7 +78,7 @@ INT8_OID, FLOAT8_OID = 20, 701
 
 
 def pools(conn: Connection, new_label_set_id: int, old_label_set_id: int, key: ScoreKey,
-          embed_model: str) -> list[Any]:
+          embed_model: str) -> Sequence[Row[Any]]:
     """The claims eligible as neighbours under ``key`` in either label set: (claim_id, new_label,
     old_label, score, since), a label None where the claim is not in that set."""
     return conn.execute(POOLS_SQL, key_params(new_label_set_id, key, embed_model)

@@ -3,10 +3,9 @@ pinned, so that it can be re-rendered byte for byte."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, RowMapping, text
 
 
 def store_report(conn: Connection, name: str, run_ids: Sequence[int], markdown: str, path: str,
@@ -21,7 +20,7 @@ def store_report(conn: Connection, name: str, run_ids: Sequence[int], markdown: 
     )
 
 
-def stored_report(conn: Connection, ref: str) -> Mapping[str, Any] | None:
+def stored_report(conn: Connection, ref: str) -> RowMapping | None:
     """The newest stored report with this name (or id)."""
     return conn.execute(
         text("SELECT * FROM reports WHERE name = :n OR CAST(id AS text) = :n ORDER BY id DESC LIMIT 1"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, RowMapping, text
 
 #: the open queue's columns, in export order
 OPEN_COLUMNS = ("entry_id", "run_id", "target", "claim_id", "dataset", "source_id", "text", "theta",
@@ -32,7 +32,7 @@ def insert_entries(conn: Connection, run_id: int, claim_ids: Sequence[int], thet
          "p": [float(p) for p in priority], "why": list(reasons), "cause": list(causes)}).rowcount
 
 
-def entries_of_run(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
+def entries_of_run(conn: Connection, run_id: int) -> list[RowMapping]:
     """A run's entries, most uncertain first."""
     return list(conn.execute(text(
         """SELECT claim_id, theta, priority, reason, cause FROM review_queue WHERE run_id = :r
@@ -40,7 +40,7 @@ def entries_of_run(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
 
 
 def open_entries(conn: Connection, limit: int | None = None, target: str | None = None
-                 ) -> list[Mapping[str, Any]]:
+                 ) -> list[RowMapping]:
     """The top of the open queue (one row per unanswered claim of the runs in force), most
     uncertain first; ``target`` keeps one calibration target's claims."""
     return list(conn.execute(text(
@@ -61,7 +61,7 @@ def open_drift_claims(conn: Connection, claim_ids: Sequence[int]) -> set[int]:
 
 
 def unlabelled_sample(conn: Connection, limit: int | None, target: str | None, seed: int
-                      ) -> list[Mapping[str, Any]]:
+                      ) -> list[RowMapping]:
     """A uniform sample of the claims the calibrations in force decide that have no label and no
     answer (the stream), with their newest theta and run's threshold; the order is a seeded hash
     of the claim id, so the same seed gives the same sample."""
@@ -107,14 +107,14 @@ def close_answered(conn: Connection, update_id: int, labels: Mapping[int, int]) 
     ).rowcount
 
 
-def answers_of_update(conn: Connection, update_id: int) -> list[Mapping[str, Any]]:
+def answers_of_update(conn: Connection, update_id: int) -> list[RowMapping]:
     """The answers a label update recorded."""
     return list(conn.execute(text(
         "SELECT claim_id, label FROM review_answers WHERE update_id = :u ORDER BY claim_id"),
         {"u": update_id}).mappings())
 
 
-def labelled_results(conn: Connection, run_id: int) -> list[Any]:
+def labelled_results(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
     """A run's (claim_id, theta, nearest labelled distance, label) with each claim's label as it
     stood when the run finished (None if it had none), so that figures derived from them never
     change afterwards."""
