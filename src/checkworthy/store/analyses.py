@@ -147,7 +147,7 @@ def store_analysis(conn: Connection, run: Mapping[str, Any], analysis: str, para
                    code_rev: str, flow_run_id: str | None) -> int:
     """Insert one analysis with its metric rows (``analysis_metrics`` columns, ``cls`` for class) and
     failure examples (``neighbours`` a JSON-ready list); return its id."""
-    aid = conn.execute(
+    aid: int = conn.execute(
         text("""INSERT INTO report_analyses (run_id, group_key, analysis, params, params_hash, code_rev,
                 flow_run_id) VALUES (:r, :g, :a, CAST(:p AS jsonb), :ph, :cr, :fr) RETURNING id"""),
         {"r": run["id"], "g": run["group_key"], "a": analysis,

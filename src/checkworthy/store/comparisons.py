@@ -56,7 +56,7 @@ def find_comparison(conn: Connection, run_id: int, params_hash: str) -> int | No
 def store_comparison(conn: Connection, run_id: int, params_json: str, params_hash: str, code_rev: str,
                      flow_run_id: str | None, rows: Sequence[Mapping[str, Any]]) -> int:
     """Insert a comparison head and its rows (family, method, k, metric, cls, value); return its id."""
-    cid = conn.execute(
+    cid: int = conn.execute(
         text("""INSERT INTO method_comparisons (run_id, params, params_hash, code_rev, flow_run_id)
                 VALUES (:r, CAST(:p AS jsonb), :h, :cr, :fr) RETURNING id"""),
         {"r": run_id, "p": params_json, "h": params_hash, "cr": code_rev, "fr": flow_run_id},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, RowMapping, text
 
@@ -32,14 +32,14 @@ def insert_update(
     data_version_id: int | None, reason: str | None = None,
 ) -> int:
     """Log a label update (applied or rejected, with the reason of a refusal); return its id."""
-    return conn.execute(
+    return cast(int, conn.execute(
         text(
             """INSERT INTO label_updates (file_sha256, path, source, status, n_rows, n_appended,
                data_version_id, reason) VALUES (:h, :p, :s, :st, :n, :na, :dv, :r) RETURNING id"""
         ),
         {"h": file_sha256, "p": path, "s": source, "st": status, "n": n_rows, "na": n_appended,
          "dv": data_version_id, "r": reason},
-    ).scalar_one()
+    ).scalar_one())
 
 
 def heads_set_by(conn: Connection, update_id: int) -> dict[str, int]:

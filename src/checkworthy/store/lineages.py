@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import cast
 
 from sqlalchemy import Connection, RowMapping, text
 from sqlalchemy.exc import OperationalError
@@ -47,7 +48,8 @@ def lock_labels(conn: Connection) -> None:
 
 def label_set_name(conn: Connection, label_set_id: int) -> str:
     """The lineage a label set belongs to."""
-    return conn.execute(text("SELECT name FROM label_sets WHERE id = :i"), {"i": label_set_id}).scalar_one()
+    return cast(str, conn.execute(text("SELECT name FROM label_sets WHERE id = :i"),
+                                  {"i": label_set_id}).scalar_one())
 
 
 def lineage_head(conn: Connection, name: str) -> int | None:

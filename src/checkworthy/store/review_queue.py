@@ -131,4 +131,4 @@ def queued_counts(conn: Connection, run_ids: Sequence[int]) -> dict[int, int]:
     """How many claims each run queued for review."""
     return dict(conn.execute(text(
         "SELECT run_id, count(*) FROM review_queue WHERE run_id = ANY(:r) GROUP BY run_id"),
-        {"r": [int(i) for i in run_ids]}).all())
+        {"r": [int(i) for i in run_ids]}).tuples().all())
