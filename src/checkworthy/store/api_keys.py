@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, text
 
 #: who may do what: a scorer submits texts and reads explanations, an auditor only reads
 ROLES = ("scorer", "auditor")
@@ -75,8 +77,8 @@ def key_for(conn: Connection, secret: str) -> ApiKey | None:
     return None if row is None else ApiKey(row.id, row.name, row.role)
 
 
-def list_keys(conn: Connection) -> list[RowMapping]:
+def list_keys(conn: Connection) -> list[Mapping[str, Any]]:
     """Every key (never its secret or hash), oldest first, with when it was revoked."""
-    return list(conn.execute(text(
+    return cast(list[Mapping[str, Any]], list(conn.execute(text(
         """SELECT k.id, k.name, k.role, k.key_prefix, k.created_at, r.revoked_at
-           FROM api_keys k LEFT JOIN api_key_revocations r ON r.key_id = k.id ORDER BY k.id""")).mappings())
+           FROM api_keys k LEFT JOIN api_key_revocations r ON r.key_id = k.id ORDER BY k.id""")).mappings()))

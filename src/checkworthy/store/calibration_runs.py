@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Row, RowMapping, text
+from sqlalchemy import Connection, Row, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.knn import UNRECORDED
@@ -181,14 +181,15 @@ def run_statuses(conn: Connection, run_ids: Sequence[int]) -> dict[int, str]:
                              {"i": [int(i) for i in run_ids]}).tuples().all())
 
 
-def load_run(conn: Connection, run_id: int) -> RowMapping:
+def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
     """A run's row as a mapping."""
-    return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
+    return cast(Mapping[str, Any], conn.execute(
+        text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one())
 
 
-def load_results(conn: Connection, run_id: int) -> list[RowMapping]:
+def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     """A run's per-claim results with the claims' source ids, in claim id order."""
-    return list(
+    return cast(list[Mapping[str, Any]], list(
         conn.execute(
             text(
                 """SELECT r.*, c.source_id, c.dataset FROM calibrated_results r
@@ -196,7 +197,7 @@ def load_results(conn: Connection, run_id: int) -> list[RowMapping]:
             ),
             {"i": run_id},
         ).mappings()
-    )
+    ))
 
 
 def result_values(conn: Connection, run_id: int) -> Sequence[Row[Any]]:

@@ -6,17 +6,17 @@ drawn from.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Row, RowMapping, text
+from sqlalchemy import Connection, Row, text
 
 # ---- a run's inputs ---------------------------------------------------------------------------
 
 
-def comparison_run(conn: Connection, run_id: int) -> RowMapping | None:
+def comparison_run(conn: Connection, run_id: int) -> Mapping[str, Any] | None:
     """The ``calibration_runs`` row, or None."""
-    return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"),
-                        {"i": run_id}).mappings().first()
+    return cast("Mapping[str, Any] | None", conn.execute(
+        text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().first())
 
 
 def run_targets(conn: Connection, run_id: int) -> Sequence[Row[Any]]:

@@ -6,19 +6,19 @@ brought it), so any earlier label set can be rebuilt from the history.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, text
 
 from checkworthy.store import rows as store
 
 
-def find_update(conn: Connection, file_sha256: str) -> RowMapping | None:
+def find_update(conn: Connection, file_sha256: str) -> Mapping[str, Any] | None:
     """The label update of a file with these bytes, if it was considered before."""
-    return conn.execute(text("SELECT * FROM label_updates WHERE file_sha256 = :h"),
-                        {"h": file_sha256}).mappings().first()
+    return cast("Mapping[str, Any] | None", conn.execute(
+        text("SELECT * FROM label_updates WHERE file_sha256 = :h"), {"h": file_sha256}).mappings().first())
 
 
 def known_update_files(conn: Connection, file_sha256s: Sequence[str]) -> set[str]:
@@ -97,11 +97,11 @@ def append_file_labels(conn: Connection, claim_ids: Sequence[int], labels: Seque
 # --------------------------------------------------------------------------- history
 
 
-def label_history(conn: Connection, claim_id: int) -> list[RowMapping]:
+def label_history(conn: Connection, claim_id: int) -> list[Mapping[str, Any]]:
     """Every label a claim ever had, oldest first, with source, time, update and flow run."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("SELECT id, label, source, created_at, update_id, flow_run_id FROM labels "
-             "WHERE claim_id = :c ORDER BY id"), {"c": claim_id}).mappings())
+             "WHERE claim_id = :c ORDER BY id"), {"c": claim_id}).mappings()))
 
 
 def labels_as_of(conn: Connection, claim_ids: Sequence[int], at: datetime) -> dict[int, int]:

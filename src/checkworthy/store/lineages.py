@@ -8,10 +8,10 @@ A target (``calibration_targets`` / ``target_claims``) names the claims a lineag
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
 from checkworthy.errors import StoreBusy
@@ -129,16 +129,16 @@ def heads(conn: Connection) -> dict[str, int]:
     return {r.name: r.label_set_id for r in rows}
 
 
-def version_log(conn: Connection, name: str) -> list[RowMapping]:
+def version_log(conn: Connection, name: str) -> list[Mapping[str, Any]]:
     """A lineage's versions, oldest first: which set, why, from which update and data version."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text(
             """SELECT v.*, ls.fingerprint, ls.n_items, ls.n_positive, dv.dvc_hash, dv.git_rev
                FROM label_set_versions v JOIN label_sets ls ON ls.id = v.label_set_id
                LEFT JOIN data_versions dv ON dv.id = v.data_version_id WHERE v.name = :n ORDER BY v.id"""
         ),
         {"n": name},
-    ).mappings())
+    ).mappings()))
 
 
 def lineage_datasets(conn: Connection, name: str) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, text
 
 REGISTRY_LOCK = 7_2024_0004  # one status change at a time (one champion per lineage)
 STATUSES = ("champion", "challenger", "retired")
@@ -73,32 +73,32 @@ def decide(conn: Connection, version_id: int, status: str, decided_by: str, reas
     ).scalar_one())
 
 
-def version(conn: Connection, version_id: int) -> RowMapping | None:
+def version(conn: Connection, version_id: int) -> Mapping[str, Any] | None:
     """A version with its current status (None if unknown or never decided)."""
-    return conn.execute(text("SELECT * FROM model_registry WHERE id = :i"),
-                        {"i": version_id}).mappings().first()
+    return cast("Mapping[str, Any] | None", conn.execute(
+        text("SELECT * FROM model_registry WHERE id = :i"), {"i": version_id}).mappings().first())
 
 
-def champion(conn: Connection, lineage: str) -> RowMapping | None:
+def champion(conn: Connection, lineage: str) -> Mapping[str, Any] | None:
     """The lineage's champion (None: the project's recommended model is in force)."""
-    return conn.execute(
+    return cast("Mapping[str, Any] | None", conn.execute(
         text("""SELECT * FROM model_registry WHERE lineage = :l AND status = 'champion'
                 ORDER BY id DESC LIMIT 1"""),
         {"l": lineage},
-    ).mappings().first()
+    ).mappings().first())
 
 
-def versions(conn: Connection, lineage: str | None = None) -> list[RowMapping]:
+def versions(conn: Connection, lineage: str | None = None) -> list[Mapping[str, Any]]:
     """Every version (of ``lineage``, when given), oldest first, with its current status."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("""SELECT * FROM model_registry WHERE CAST(:l AS text) IS NULL OR lineage = :l
                 ORDER BY lineage, id"""),
         {"l": lineage},
-    ).mappings())
+    ).mappings()))
 
 
-def decisions(conn: Connection, version_id: int) -> list[RowMapping]:
+def decisions(conn: Connection, version_id: int) -> list[Mapping[str, Any]]:
     """A version's decisions, oldest first."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("SELECT * FROM model_decisions WHERE version_id = :v ORDER BY id"), {"v": version_id}
-    ).mappings())
+    ).mappings()))

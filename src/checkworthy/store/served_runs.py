@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, text
 
 from checkworthy.store.run_spec import DEFAULT_CORRECTION
 
@@ -145,7 +145,7 @@ def complete_window(conn: Connection, run_id: int, params: Mapping[str, Any]) ->
         {"i": run_id, "p": json.dumps(dict(params))}).rowcount == 1
 
 
-def requests_of_key(conn: Connection, key_id: int) -> list[RowMapping]:
+def requests_of_key(conn: Connection, key_id: int) -> list[Mapping[str, Any]]:
     """A key's requests, oldest first."""
-    return list(conn.execute(text("SELECT * FROM api_requests WHERE key_id = :k ORDER BY id"),
-                             {"k": key_id}).mappings())
+    return cast(list[Mapping[str, Any]], list(conn.execute(
+        text("SELECT * FROM api_requests WHERE key_id = :k ORDER BY id"), {"k": key_id}).mappings()))

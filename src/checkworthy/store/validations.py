@@ -7,10 +7,10 @@ A suite run (:mod:`checkworthy.data.validation`) is stored once in ``validation_
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, text
 
 from checkworthy.data.datasets import normalise_text
 from checkworthy.data.validation import SUITE_NAME, SuiteOutcome
@@ -113,8 +113,8 @@ def runs_of_update(conn: Connection, label_update_id: int) -> list[int]:
                              {"u": label_update_id}).scalars().all())
 
 
-def load_results(conn: Connection, validation_run_id: int) -> dict[str, RowMapping]:
+def load_results(conn: Connection, validation_run_id: int) -> dict[str, Mapping[str, Any]]:
     """A stored validation run's checks by check name."""
-    return {r["check_name"]: r for r in conn.execute(
+    return cast(dict[str, Mapping[str, Any]], {r["check_name"]: r for r in conn.execute(
         text("SELECT * FROM validation_results WHERE validation_run_id = :v"), {"v": validation_run_id}
-    ).mappings()}
+    ).mappings()})
