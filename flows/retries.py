@@ -8,9 +8,10 @@ to ``@task``.
 from __future__ import annotations
 
 import subprocess
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
-from prefect.cache_policies import NO_CACHE
+from prefect.cache_policies import NO_CACHE, CachePolicy
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -50,7 +51,16 @@ def retry_dvc(task: Any, task_run: Any, state: Any) -> bool:
     return _db_transient(exc) or isinstance(exc, subprocess.CalledProcessError)
 
 
-DB = {"retries": 3, "retry_delay_seconds": [2, 10, 30], "retry_condition_fn": retry_db,
-      "cache_policy": NO_CACHE}
-MODEL = DB | {"retry_condition_fn": retry_model}
-DVC = DB | {"retry_condition_fn": retry_dvc}
+class TaskOptions(TypedDict):
+    """The keywords of ``@task`` a keyword set gives (typed, so the type checker sees the call)."""
+
+    retries: int
+    retry_delay_seconds: list[float]
+    retry_condition_fn: Callable[[Any, Any, Any], bool]
+    cache_policy: CachePolicy
+
+
+DB: TaskOptions = {"retries": 3, "retry_delay_seconds": [2, 10, 30], "retry_condition_fn": retry_db,
+                   "cache_policy": NO_CACHE}
+MODEL: TaskOptions = DB | {"retry_condition_fn": retry_model}
+DVC: TaskOptions = DB | {"retry_condition_fn": retry_dvc}

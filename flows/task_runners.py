@@ -40,7 +40,7 @@ def share_api_with_workers() -> None:
         os.environ["PREFECT_API_URL"] = str(client.api_url)
 
 
-def task_runner(params: Mapping[str, Any]) -> TaskRunner:
+def task_runner(params: Mapping[str, Any]) -> TaskRunner[Any]:
     """The task runner params.yaml (or the environment) asks for."""
     address = dask_address(params)
     if address is None:

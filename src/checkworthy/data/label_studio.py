@@ -182,7 +182,7 @@ def read_answers(path: Path) -> list[Answer]:
     answers = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
     if not answers:
         raise DataError(path, None, None, "no answered task or row")
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str], int | None] = {}
     for a in answers:
         first = seen.setdefault((a.dataset, a.id), a.row)
         if first != a.row:

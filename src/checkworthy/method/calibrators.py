@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from crepes import ConformalClassifier
@@ -104,7 +104,9 @@ def _two_columns(p1: FloatArray) -> FloatArray:
 class _Base:
     def predict(self, c: ArrayLike, threshold: float = 0.5) -> NDArray[np.int_]:
         """1 (check-worthy) where ``P(Y = 1) >= threshold``."""
-        return (self.predict_proba(c)[:, 1] >= threshold).astype(int)  # type: ignore[attr-defined]
+        p1 = self.predict_proba(c)[:, 1]  # type: ignore[attr-defined]
+        decision: NDArray[np.int_] = (p1 >= threshold).astype(int)
+        return decision
 
 
 class IdentityCalibrator(_Base):
@@ -148,7 +150,8 @@ class PlattCalibrator(_Base):
 
     def predict_proba(self, c: ArrayLike) -> FloatArray:
         """``[1 - p, p]`` with ``p = sigmoid(a x + b)``."""
-        return self.model_.predict_proba(self._x(c))
+        p: FloatArray = self.model_.predict_proba(self._x(c))
+        return p
 
 
 class IsotonicCalibrator(_Base):
@@ -185,7 +188,8 @@ class TemperatureCalibrator(_Base):
         self.eps = eps
 
     def _z(self, c: ArrayLike) -> FloatArray:
-        return logit(np.clip(_scores(c), self.eps, 1 - self.eps))
+        z: FloatArray = logit(np.clip(_scores(c), self.eps, 1 - self.eps))
+        return z
 
     def fit(self, c: ArrayLike, y: ArrayLike) -> TemperatureCalibrator:
         """Minimise the mean binary NLL over ``log T``."""
@@ -257,7 +261,7 @@ def fitted_params(model: ScoreCalibrator) -> dict[str, float]:
     """The fitted numbers of a calibrator, for the record (temperature, slope/intercept, steps)."""
     if hasattr(model, "temperature_"):
         return {"temperature": float(model.temperature_)}
-    inner = getattr(model, "model_", None)
+    inner: Any = getattr(model, "model_", None)  # scikit-learn's fitted model (untyped)
     if hasattr(inner, "coef_"):
         return {"slope": float(inner.coef_[0][0]), "intercept": float(inner.intercept_[0])}
     if hasattr(inner, "X_thresholds_"):
@@ -273,9 +277,10 @@ def adjust_prevalence(p: ArrayLike, source: float, target: float) -> FloatArray:
     and a 26% prevalence the 0.5 threshold moves to about 0.74 on the unadjusted scale.
     ``target`` must come from data without test labels (e.g. the calibration pool).
     """
-    p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+    q = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
     w = target * (1 - source) / ((1 - target) * source)
-    return w * p / (w * p + (1 - p))
+    adjusted: FloatArray = w * q / (w * q + (1 - q))
+    return adjusted
 
 
 class ConformalSets:
@@ -327,7 +332,8 @@ class ConformalSets:
         """(n, 2) conformal p-values of labels 0 and 1."""
         alphas = hinge(self.calibrator_.predict_proba(c))
         if not self.class_cond:
-            return self.cc_.predict_p(alphas, smoothing=False)
+            p: FloatArray = self.cc_.predict_p(alphas, smoothing=False)
+            return p
         n = len(alphas)
         return np.column_stack(
             [self.cc_.predict_p(alphas, np.full(n, cls), smoothing=False)[:, cls] for cls in CLASSES]

@@ -160,7 +160,7 @@ class LabelledSet:
     @property
     def max_k(self) -> int:
         """Number of neighbour columns available."""
-        return self.nbr.shape[1]
+        return int(self.nbr.shape[1])
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,12 @@ class Neighbourhood:
     def with_k(self, k: int) -> Neighbourhood:
         """The same neighbourhood using the first ``k`` neighbours."""
         return replace(self, k=k)
+
+    @property
+    def fixed_k(self) -> int:
+        """``k`` as construction resolved it (None there means all K columns)."""
+        assert self.k is not None, "Neighbourhood.__post_init__ sets k"
+        return self.k
 
     @property
     def n(self) -> int:
@@ -443,7 +449,7 @@ def correction_ppi(
     An array ``lam`` (n,) gives each claim its own factor (used for cross-fitting).
     """
     if lam is None:
-        lam = estimate_lambda(nb.cal, nb.k, form="ppi++")
+        lam = estimate_lambda(nb.cal, nb.fixed_k, form="ppi++")
     base, slope, _ = _lambda_terms(nb, "ppi++")
     return _finish(base + np.asarray(lam, dtype=float) * slope, clip)
 
@@ -458,7 +464,7 @@ def correction_shrink(
     ``form="shrink"``).
     """
     if kappa is None:
-        kappa = estimate_lambda(nb.cal, nb.k, form="shrink")
+        kappa = estimate_lambda(nb.cal, nb.fixed_k, form="shrink")
     base, slope, _ = _lambda_terms(nb, "shrink")
     return _finish(base + np.asarray(kappa, dtype=float) * slope, clip)
 
@@ -551,7 +557,8 @@ def _class_weights(y: IntArray, target_prevalence: float | None) -> FloatArray |
     if not 0 < target_prevalence < 1:
         raise ValueError("target_prevalence must lie in (0, 1)")
     p = y.mean()
-    return np.where(y == 1, target_prevalence / p, (1 - target_prevalence) / (1 - p))
+    weights: FloatArray = np.where(y == 1, target_prevalence / p, (1 - target_prevalence) / (1 - p))
+    return weights
 
 
 def select_by_cv(

@@ -21,8 +21,9 @@ from numpy.typing import ArrayLike, NDArray
 
 
 def _unit(v: ArrayLike) -> NDArray[np.float64]:
-    v = np.atleast_2d(np.asarray(v, dtype=float))
-    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    a = np.atleast_2d(np.asarray(v, dtype=float))
+    unit: NDArray[np.float64] = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    return unit
 
 
 def k_center(vectors: ArrayLike, k: int, seed: int = 0, anchors: ArrayLike | None = None) -> NDArray[np.int_]:

@@ -49,7 +49,9 @@ def features(emb: FloatArray, c: FloatArray) -> FloatArray:
     return np.column_stack([np.asarray(emb, dtype=float), np.asarray(c, dtype=float)])
 
 
-def stratified_folds(y: NDArray[np.int_], n_folds: int, seed: int) -> list[tuple[NDArray, NDArray]]:
+def stratified_folds(
+    y: NDArray[np.int_], n_folds: int, seed: int
+) -> list[tuple[NDArray[np.int_], NDArray[np.int_]]]:
     """(train, test) index pairs of a stratified K-fold split (fewer folds if a class is small)."""
     n = max(2, min(n_folds, int(np.bincount(y, minlength=2).min())))
     return list(StratifiedKFold(n, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
@@ -75,7 +77,8 @@ class HeadFit:
 
     def predict(self, emb: FloatArray, c: FloatArray) -> FloatArray:
         """P(check-worthy) for new claims."""
-        return self.model.predict_proba(features(emb, c))[:, 1]
+        p: FloatArray = self.model.predict_proba(features(emb, c))[:, 1]
+        return p
 
     def neighbour_scores(self, nbr: NDArray[np.int_]) -> FloatArray:
         """(m, K) scores of L's listed neighbours as seen from each labelled claim: neighbour j

@@ -96,9 +96,10 @@ def _theta(nb: Neighbourhood, correction: Correction) -> FloatArray:
 
 
 def _residual_sd(nb: Neighbourhood) -> FloatArray:
-    if nb.k < 2:
+    if nb.fixed_k < 2:
         raise ValueError("a residual standard deviation needs k >= 2")
-    return nb.residuals().std(axis=1, ddof=1)
+    sd: FloatArray = nb.residuals().std(axis=1, ddof=1)
+    return sd
 
 
 # ---------------------------------------------------------------- parametric (paper)
@@ -124,7 +125,7 @@ def interval_t(nb: Neighbourhood, alpha: float = 0.05, *, correction: Correction
     Needs k >= 2.
     """
     theta = _theta(nb, correction)
-    half = stats.t.ppf(1 - alpha / 2, nb.k - 1) * _residual_sd(nb) / np.sqrt(nb.k)
+    half = stats.t.ppf(1 - alpha / 2, nb.fixed_k - 1) * _residual_sd(nb) / np.sqrt(nb.fixed_k)
     return theta - half, theta + half
 
 
@@ -138,7 +139,7 @@ def interval_t_predictive(
     binary labels are not normal, so on real data this is a heuristic (no guarantee).
     """
     theta = _theta(nb, correction)
-    half = stats.t.ppf(1 - alpha / 2, nb.k - 1) * _residual_sd(nb) * np.sqrt(1 + 1 / nb.k)
+    half = stats.t.ppf(1 - alpha / 2, nb.fixed_k - 1) * _residual_sd(nb) * np.sqrt(1 + 1 / nb.fixed_k)
     return theta - half, theta + half
 
 
@@ -158,9 +159,11 @@ def conformal_quantile(scores: ArrayLike, alpha: float) -> float:
 
 def _scale(nb: Neighbourhood, scale: str, beta: float, ref: float | None) -> FloatArray:
     if scale == "residual-sd":
-        return _residual_sd(nb) * np.sqrt(1 + 1 / nb.k) + beta
+        sd_scale: FloatArray = _residual_sd(nb) * np.sqrt(1 + 1 / nb.fixed_k) + beta
+        return sd_scale
     d = nb.distances().mean(axis=1)  # "distance": ConformalScore admits no other scale
-    return np.exp(beta * (d / ref - 1))
+    scaled: FloatArray = np.exp(beta * (d / ref - 1))
+    return scaled
 
 
 @dataclass(frozen=True)
@@ -311,22 +314,29 @@ def interval_conformal_mondrian_local(
                       ConformalScore(mondrian=True, scale=scale, beta=beta))
 
 
-def _split_reference(nb: Neighbourhood, ref_fraction: float, seed: int):
+def _split_reference(
+    nb: Neighbourhood, ref_fraction: float, seed: int
+) -> tuple[Neighbourhood, Neighbourhood, NDArray[np.int_]]:
     """Restrict every neighbour list to a random reference part R of L.
 
     The first k members of R in a claim's list are its k nearest in R whenever the list holds
     k of them, because the list is a nearest-first prefix over a superset of R.
     """
-    cal, k = nb.cal, nb.k
+    cal, k = nb.cal, nb.fixed_k
     perm = np.random.default_rng(seed).permutation(cal.m)
     n_ref = int(round(ref_fraction * cal.m))
     ref, rest = np.sort(perm[:n_ref]), np.sort(perm[n_ref:])
     pos = np.full(cal.m, -1)
     pos[ref] = np.arange(len(ref))
 
-    def restrict(rows: NDArray[np.int_] | None, nbr: NDArray[np.int_], *per_neighbour: FloatArray | None):
-        """Each row's first k reference neighbours, and the same columns of ``per_neighbour``
-        matrices (distances, cross-fitted scores) taken from the rows ``rows`` of L."""
+    def restrict(
+        rows: NDArray[np.int_] | None,
+        nbr: NDArray[np.int_],
+        dist: FloatArray | None,
+        nbr_c: FloatArray | None,
+    ) -> tuple[NDArray[np.int_], FloatArray | None, FloatArray | None]:
+        """Each row's first k reference neighbours, and the same columns of the per-neighbour
+        matrices ``dist`` and ``nbr_c`` taken from the rows ``rows`` of L."""
         mapped = pos[nbr]
         keep = mapped >= 0
         short = int((keep.sum(axis=1) < k).sum())
@@ -336,9 +346,9 @@ def _split_reference(nb: Neighbourhood, ref_fraction: float, seed: int):
                 f"{nbr.shape[1]} listed; pass longer neighbour lists (about {int(4 * k / ref_fraction)})"
             )
         order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
-        cols = [None if a is None else np.take_along_axis(a if rows is None else a[rows], order, axis=1)
-                for a in per_neighbour]
-        return np.take_along_axis(mapped, order, axis=1), *cols
+        d, c = (None if a is None else np.take_along_axis(a if rows is None else a[rows], order, axis=1)
+                for a in (dist, nbr_c))
+        return np.take_along_axis(mapped, order, axis=1), d, c
 
     r_nbr, r_dist, r_c = restrict(ref, cal.nbr[ref], cal.dist, cal.nbr_c)
     cal_ref = LabelledSet(y=cal.y[ref], c=cal.c[ref], nbr=r_nbr, dist=r_dist, nbr_c=r_c)

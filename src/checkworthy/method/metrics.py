@@ -152,14 +152,14 @@ def metric_rows(y: ArrayLike, res: NNPPIResult) -> Iterator[tuple[str, str, str,
                 yield method, base, cls, value
             else:
                 yield method, name, "all", value
-        for cls, value in mean_score_by_class(y, values[method]).items():
-            yield method, "mean_score", str(cls), value
+        for gold, value in mean_score_by_class(y, values[method]).items():
+            yield method, "mean_score", str(gold), value
     for cls, value in interval_coverage(y, res.ci_low, res.ci_high).items():
         yield "nnppi", "coverage", cls, value
     width = res.ci_high - res.ci_low
     yield "nnppi", "mean_width", "all", float(np.mean(width))
-    for cls in CLASSES:  # per gold class: are the intervals wider where they miss more?
-        in_cls = y == cls
+    for gold in CLASSES:  # per gold class: are the intervals wider where they miss more?
+        in_cls = y == gold
         mean = float(np.mean(width[in_cls])) if np.any(in_cls) else float("nan")
-        yield "nnppi", "mean_width", str(cls), mean
+        yield "nnppi", "mean_width", str(gold), mean
     yield "nnppi", "n", "all", float(len(y))

@@ -30,19 +30,22 @@ THRESHOLD = 0.5
 
 def residuals(y_nbr: ArrayLike, c_nbr: ArrayLike) -> NDArray[np.float64]:
     """Residuals ``y_j - c_j`` of each claim's neighbours, shape (n, k)."""
-    return np.atleast_2d(np.asarray(y_nbr, dtype=float)) - np.atleast_2d(
+    r: NDArray[np.float64] = np.atleast_2d(np.asarray(y_nbr, dtype=float)) - np.atleast_2d(
         np.asarray(c_nbr, dtype=float)
     )
+    return r
 
 
 def nnppi_theta(c: ArrayLike, y_nbr: ArrayLike, c_nbr: ArrayLike) -> NDArray[np.float64]:
     """The NN-PPI estimate ``theta_i = c_i + mean(y_j - c_j)`` over each claim's neighbours."""
-    return np.asarray(c, dtype=float) + residuals(y_nbr, c_nbr).mean(axis=1)
+    theta: NDArray[np.float64] = np.asarray(c, dtype=float) + residuals(y_nbr, c_nbr).mean(axis=1)
+    return theta
 
 
 def knn_mean(y_nbr: ArrayLike) -> NDArray[np.float64]:
     """The KNN baseline: the mean label of each claim's neighbours (ignores the model)."""
-    return np.atleast_2d(np.asarray(y_nbr, dtype=float)).mean(axis=1)
+    mean: NDArray[np.float64] = np.atleast_2d(np.asarray(y_nbr, dtype=float)).mean(axis=1)
+    return mean
 
 
 def z_interval(

@@ -27,7 +27,7 @@ N_BOOT = 2000
 LEVEL = 0.95
 
 
-def fold_of(n: int, folds: Sequence[tuple[NDArray, NDArray]]) -> NDArray[np.int_]:
+def fold_of(n: int, folds: Sequence[tuple[NDArray[np.int_], NDArray[np.int_]]]) -> NDArray[np.int_]:
     """Each claim's fold (the index of the split that tests it)."""
     out = np.full(n, -1)
     for i, (_, test) in enumerate(folds):

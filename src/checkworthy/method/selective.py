@@ -191,7 +191,8 @@ def review_priority(theta: ArrayLike, threshold: float) -> NDArray[np.float64]:
     """How much a person's label would help: 1 at the threshold, falling linearly to 0 at the
     farthest possible theta (0 or 1), so the least certain decisions are reviewed first."""
     t = np.clip(np.asarray(theta, dtype=float), 0.0, 1.0)
-    return 1.0 - np.abs(t - threshold) / max(threshold, 1.0 - threshold)
+    priority: NDArray[np.float64] = 1.0 - np.abs(t - threshold) / max(threshold, 1.0 - threshold)
+    return priority
 
 
 def needs_review(theta: ArrayLike, threshold: float, risk: str, margin: float | None) -> NDArray[np.int_]:
@@ -288,9 +289,11 @@ def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk:
         if p > delta:
             break
         chosen = (margin, int(np.count_nonzero(wa)), share, p)
-    certified = ({} if weights is None
-                 else {"n_neighbours": int(np.count_nonzero(w)), "n_effective": round(kish(w), 1)})
+    n_neighbours, n_effective = ((None, None) if weights is None
+                                 else (int(np.count_nonzero(w)), round(kish(w), 1)))
     if chosen is None:
-        return ReviewRule(risk, max_risk, delta, threshold, None, len(y), 0, None, None, **certified)
+        return ReviewRule(risk, max_risk, delta, threshold, None, len(y), 0, None, None,
+                          n_neighbours=n_neighbours, n_effective=n_effective)
     margin, n, share, p = chosen
-    return ReviewRule(risk, max_risk, delta, threshold, margin, len(y), n, share, p, **certified)
+    return ReviewRule(risk, max_risk, delta, threshold, margin, len(y), n, share, p,
+                      n_neighbours=n_neighbours, n_effective=n_effective)

@@ -94,10 +94,12 @@ def evaluate(
     return {(m, n, cl): v for m, n, cl, v in metric_rows(y, res)}
 
 
-def _sweep_rows(values: dict[tuple[str, str, str], float], **where: int | None) -> Iterator[Row]:
+def _sweep_rows(values: dict[tuple[str, str, str], float], *, k: int, n_labelled: int | None = None,
+                seed: int | None = None) -> Iterator[Row]:
     for method, metric, cls in SWEEP_METRICS:
         if (method, metric, cls) in values:
-            yield Row(method, metric, float(values[(method, metric, cls)]), cls=cls, **where)
+            yield Row(method, metric, float(values[(method, metric, cls)]), cls=cls, k=k,
+                      n_labelled=n_labelled, seed=seed)
 
 
 def k_sweep(inp: SweepInputs, ks: Iterable[int]) -> list[Row]:
@@ -191,7 +193,7 @@ def label_set_size_sweep(
 
 def aggregate_over_seeds(rows: Iterable[Row]) -> list[Row]:
     """Mean, sample sd, min, max and count over seeds of each (|L|, k, method, metric, class)."""
-    groups: dict[tuple, list[tuple[int, float]]] = {}
+    groups: dict[tuple[str, int | None, int | None, str, str, str], list[tuple[int, float]]] = {}
     for r in rows:
         if r.statistic == "value" and r.seed is not None:
             key = (r.variant, r.k, r.n_labelled, r.method, r.metric, r.cls)

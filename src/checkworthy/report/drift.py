@@ -41,7 +41,8 @@ def drift_section(doc: Document, groups: Sequence[Group], figures: dict) -> None
     if not runs:
         doc.add(Para("No run of this report stored a drift figure."))
         return
-    rows, series = [], {}
+    rows: list[list[str]] = []
+    series: dict[str, list[tuple[int, float, bool]]] = {}
     for g, r in runs:
         d = r["params"]["drift"]
         rows.append([str(r["id"]), esc(r["target"]), esc(g.title), str(r["k"]), fmt(d["radius"]),

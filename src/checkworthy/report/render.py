@@ -82,7 +82,9 @@ def build(conn: Connection, run_ids: Sequence[int], title: str = "checkworthy re
     by_run: dict[int, dict[tuple, Any]] = defaultdict(dict)
     for x in rows:
         by_run[x["run_id"]][(x["family"], x["method"], x["k"], x["metric"], x["class"])] = x["value"]
-    doc, figures, out_metrics = Document(title, [Heading(2, HEADLINE)]), {}, {}
+    doc = Document(title, [Heading(2, HEADLINE)])
+    figures: dict[str, Callable[[], bytes]] = {}
+    out_metrics: dict[str, Any] = {}
     top = headline(doc, groups, metrics, by_run, rec or recommended(), figures, out_metrics)
     built = Built(doc, figures, out_metrics, {}, top)
     doc.add(Contents())

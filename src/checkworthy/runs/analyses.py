@@ -76,7 +76,8 @@ class AnalysisOptions:
         """Options from the ``report:`` section of params.yaml (missing keys: defaults)."""
         params = params or {}
         known = {f: params[f] for f in cls.__dataclass_fields__ if f in params}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in known.items()})
+        options: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in known.items()}
+        return cls(**options)
 
 
 def json_hash(value: Any) -> str:

@@ -193,7 +193,7 @@ class Comparison:
 # ------------------------------------------------------------------------------ pure part
 
 
-def _interval_rows(family: str, method: str, k: int, s: IntervalSummary) -> list[MetricRow]:
+def _interval_rows(family: str, method: str, k: int | None, s: IntervalSummary) -> list[MetricRow]:
     rows = [MetricRow(family, method, k, "coverage", s.coverage),
             MetricRow(family, method, k, "coverage", s.coverage_0, "0"),
             MetricRow(family, method, k, "coverage", s.coverage_1, "1")]

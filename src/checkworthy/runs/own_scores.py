@@ -97,7 +97,7 @@ def check_distinct_ids(labelled: Path, lab: list[Row], unlabelled: Path, unl: li
 
 def _check_consistent_scores(files: Sequence[tuple[Path, list[Row]]]) -> None:
     """The same text given two different scores is contradictory input."""
-    first: dict[str, tuple[str, int, float]] = {}
+    first: dict[str, tuple[str, int, float | None]] = {}
     for path, rows in files:
         for r in rows:
             prev = first.setdefault(r.text, (str(path), r.line, r.score))

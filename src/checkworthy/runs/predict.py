@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from checkworthy.config import EF_SEARCH
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
     Row,
@@ -29,7 +30,6 @@ from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
 from checkworthy.store import rows as store
-from checkworthy.store.knn import EF_SEARCH
 from checkworthy.store.run_spec import RunMethods
 
 

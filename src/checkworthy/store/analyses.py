@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 from checkworthy.store.run_spec import DEFAULT_CORRECTION
 
@@ -60,13 +60,13 @@ def score_params(conn: Connection, run: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     """A run's calibrated results, by claim id."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("""SELECT claim_id, score, theta, ci_low, ci_high, decision, knn_mean, neighbour_ids,
                        neighbour_distances FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"""),
-        {"r": run_id}).mappings())
+        {"r": run_id}).mappings()))
 
 
-def score_param_siblings(conn: Connection, run: Mapping[str, Any]) -> list[Any]:
+def score_param_siblings(conn: Connection, run: Mapping[str, Any]) -> Sequence[Row[Any]]:
     """Complete runs (id, params_hash) identical to ``run`` except, possibly, for the generation
     parameters of their scores (same target, label set, model, prompt, score kind, k, alpha,
     threshold, interval, embedding and correction), by id."""
@@ -92,7 +92,7 @@ def claim_text(conn: Connection, claim_id: int) -> dict[str, str]:
 
 
 def neighbour_rows(conn: Connection, run: Mapping[str, Any], ids: Sequence[int],
-                   distances: Sequence[float]) -> list[Any]:
+                   distances: Sequence[float]) -> Sequence[Row[Any]]:
     """Each neighbour (rank, nid, dist, source_id, text) with its frozen label (label set item) and
     its score under the run's key, nearest first."""
     return conn.execute(
@@ -147,7 +147,7 @@ def store_analysis(conn: Connection, run: Mapping[str, Any], analysis: str, para
                    code_rev: str, flow_run_id: str | None) -> int:
     """Insert one analysis with its metric rows (``analysis_metrics`` columns, ``cls`` for class) and
     failure examples (``neighbours`` a JSON-ready list); return its id."""
-    aid = conn.execute(
+    aid: int = conn.execute(
         text("""INSERT INTO report_analyses (run_id, group_key, analysis, params, params_hash, code_rev,
                 flow_run_id) VALUES (:r, :g, :a, CAST(:p AS jsonb), :ph, :cr, :fr) RETURNING id"""),
         {"r": run["id"], "g": run["group_key"], "a": analysis,
@@ -180,14 +180,15 @@ def store_analysis(conn: Connection, run: Mapping[str, Any], analysis: str, para
 
 def analysis_heads(conn: Connection, analysis_ids: Sequence[int]) -> list[Mapping[str, Any]]:
     """The ``report_analyses`` rows with these ids, by id."""
-    return conn.execute(text("SELECT * FROM report_analyses WHERE id = ANY(:i) ORDER BY id"),
-                        {"i": [int(i) for i in analysis_ids]}).mappings().all()
+    return cast(list[Mapping[str, Any]], conn.execute(
+        text("SELECT * FROM report_analyses WHERE id = ANY(:i) ORDER BY id"),
+        {"i": [int(i) for i in analysis_ids]}).mappings().all())
 
 
 def earliest_analysis_heads(conn: Connection, group_keys: Sequence[str], group_analyses: Sequence[str],
                             run_ids: Sequence[int], run_analyses: Sequence[str]) -> list[Mapping[str, Any]]:
     """The earliest analysis of each kind of each group and of each run, by id."""
-    return conn.execute(
+    return cast(list[Mapping[str, Any]], conn.execute(
         text("""SELECT * FROM report_analyses WHERE id IN (
                   SELECT min(id) FROM report_analyses WHERE group_key = ANY(:g)
                     AND analysis = ANY(:ga) GROUP BY group_key, analysis
@@ -195,17 +196,19 @@ def earliest_analysis_heads(conn: Connection, group_keys: Sequence[str], group_a
                   SELECT min(id) FROM report_analyses WHERE run_id = ANY(:r)
                     AND analysis = ANY(:ra) GROUP BY run_id, analysis) ORDER BY id"""),
         {"g": list(group_keys), "ga": list(group_analyses), "r": list(run_ids),
-         "ra": list(run_analyses)}).mappings().all()
+         "ra": list(run_analyses)}).mappings().all())
 
 
 def analysis_metric_rows(conn: Connection, analysis_ids: Sequence[int]) -> list[Mapping[str, Any]]:
     """The ``analysis_metrics`` rows of these analyses."""
-    return conn.execute(text("SELECT * FROM analysis_metrics WHERE analysis_id = ANY(:i)"),
-                        {"i": list(analysis_ids)}).mappings().all()
+    return cast(list[Mapping[str, Any]], conn.execute(
+        text("SELECT * FROM analysis_metrics WHERE analysis_id = ANY(:i)"),
+        {"i": list(analysis_ids)}).mappings().all())
 
 
 def failure_example_rows(conn: Connection, analysis_ids: Sequence[int]) -> list[Mapping[str, Any]]:
     """The ``failure_examples`` of these analyses, by analysis, category and rank."""
-    return conn.execute(text("SELECT * FROM failure_examples WHERE analysis_id = ANY(:i) "
-                             "ORDER BY analysis_id, category, rank"),
-                        {"i": list(analysis_ids)}).mappings().all()
+    return cast(list[Mapping[str, Any]], conn.execute(
+        text("SELECT * FROM failure_examples WHERE analysis_id = ANY(:i) "
+             "ORDER BY analysis_id, category, rank"),
+        {"i": list(analysis_ids)}).mappings().all())

@@ -12,7 +12,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
@@ -79,6 +79,6 @@ def key_for(conn: Connection, secret: str) -> ApiKey | None:
 
 def list_keys(conn: Connection) -> list[Mapping[str, Any]]:
     """Every key (never its secret or hash), oldest first, with when it was revoked."""
-    return list(conn.execute(text(
+    return cast(list[Mapping[str, Any]], list(conn.execute(text(
         """SELECT k.id, k.name, k.role, k.key_prefix, k.created_at, r.revoked_at
-           FROM api_keys k LEFT JOIN api_key_revocations r ON r.key_id = k.id ORDER BY k.id""")).mappings())
+           FROM api_keys k LEFT JOIN api_key_revocations r ON r.key_id = k.id ORDER BY k.id""")).mappings()))

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, RowMapping, text
 
 from checkworthy.config import quiet_offline_env
 from checkworthy.store.engine import PIPELINE_ROLE, database_url, ensure_login, get_engine
@@ -37,14 +37,14 @@ LOGINS: tuple[tuple[str, str, str, str], ...] = (
 class Decision:
     """One (run, claim) decision with its neighbours, as the audit views give it."""
 
-    row: Mapping[str, Any]
-    neighbours: list[Mapping[str, Any]] = field(default_factory=list)
+    row: RowMapping
+    neighbours: list[RowMapping] = field(default_factory=list)
     #: the run's decide-or-review rule (``calibration_runs.params->'review'``), None for older runs
     review: Mapping[str, Any] | None = None
     #: the run's review-queue entry for the claim (priority, reason, cause), None when it queued none
-    queued: Mapping[str, Any] | None = None
+    queued: RowMapping | None = None
     #: people's answers for the claim (label, label update, when), oldest first
-    answers: list[Mapping[str, Any]] = field(default_factory=list)
+    answers: list[RowMapping] = field(default_factory=list)
 
 
 def find_claims(conn: Connection, claim: str, dataset: str | None = None) -> list[int]:
@@ -80,13 +80,14 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}
     for n in nbrs:
         by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
-    rules = dict(conn.execute(text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"),
-                              {"r": run_ids}).all())
+    rules: dict[int, Mapping[str, Any] | None] = dict(conn.execute(
+        text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"), {"r": run_ids}
+    ).tuples().all())
     queued = {(q["run_id"], q["claim_id"]): q for q in conn.execute(
         text("SELECT run_id, claim_id, priority, reason, cause FROM review_queue WHERE claim_id = ANY(:c) "
              "AND run_id = ANY(:r)"),
         {"c": list(map(int, claim_ids)), "r": run_ids}).mappings()}
-    answers: dict[int, list[Mapping[str, Any]]] = {}
+    answers: dict[int, list[RowMapping]] = {}
     for a in conn.execute(text("SELECT claim_id, label, update_id, created_at FROM review_answers "
                                "WHERE claim_id = ANY(:c) ORDER BY id"),
                           {"c": list(map(int, claim_ids))}).mappings():

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
-from sqlalchemy import Connection, text
+from numpy.typing import NDArray
+from sqlalchemy import Connection, Row, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.knn import UNRECORDED
@@ -116,7 +116,7 @@ def insert_run(
     completes a run only with a result for each target claim that has a usable score (migration
     0007) and refuses one without a code revision (migration 0016)."""
     row = spec.to_row()
-    return conn.execute(
+    return cast(int, conn.execute(
         text(
             """INSERT INTO calibration_runs (run_key, target, label_set_id, label_set_fingerprint,
                model_id, prompt_version, params_hash, score_kind, embed_model, k, alpha, threshold,
@@ -130,7 +130,7 @@ def insert_run(
         | {"run_key": run_key, "fp": fingerprint, "p": json.dumps(dict(params) | row["params"]),
                "fr": ctx.flow_run_id, "cr": ctx.code_rev, "dv": ctx.data_version_id, "parent": parent_run_id,
                "mode": mode},
-    ).scalar_one()
+    ).scalar_one())
 
 
 def complete_run(conn: Connection, run_id: int, params: Mapping[str, Any]) -> None:
@@ -151,8 +151,8 @@ def fail_run(conn: Connection, run_id: int) -> None:
 
 
 def insert_results(
-    conn: Connection, run_id: int, claim_ids: ArrayLike, res: NNPPIResult, neighbour_ids: ArrayLike,
-    neighbour_distances: ArrayLike,
+    conn: Connection, run_id: int, claim_ids: Sequence[int] | NDArray[np.int64], res: NNPPIResult,
+    neighbour_ids: NDArray[np.int64], neighbour_distances: NDArray[np.float64],
 ) -> None:
     """Insert a run's result rows: one per claim, with its (k,) neighbour ids and distances."""
     ids = [int(i) for i in claim_ids]
@@ -178,17 +178,18 @@ def insert_results(
 def run_statuses(conn: Connection, run_ids: Sequence[int]) -> dict[int, str]:
     """The status of each stored run of ``run_ids`` (absent: no such run)."""
     return dict(conn.execute(text("SELECT id, status FROM calibration_runs WHERE id = ANY(:i)"),
-                             {"i": [int(i) for i in run_ids]}).all())
+                             {"i": [int(i) for i in run_ids]}).tuples().all())
 
 
 def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
     """A run's row as a mapping."""
-    return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one()
+    return cast(Mapping[str, Any], conn.execute(
+        text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().one())
 
 
 def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     """A run's per-claim results with the claims' source ids, in claim id order."""
-    return list(
+    return cast(list[Mapping[str, Any]], list(
         conn.execute(
             text(
                 """SELECT r.*, c.source_id, c.dataset FROM calibrated_results r
@@ -196,10 +197,10 @@ def load_results(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
             ),
             {"i": run_id},
         ).mappings()
-    )
+    ))
 
 
-def result_values(conn: Connection, run_id: int) -> list[Any]:
+def result_values(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
     """A run's per-claim values without the neighbour arrays (claim_id, score, theta, ci_low, ci_high,
     decision, knn_mean, and ``nearest``: the distance to the nearest labelled neighbour), in claim
     id order."""
@@ -211,11 +212,11 @@ def result_values(conn: Connection, run_id: int) -> list[Any]:
 
 def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
     """Whether a calibrated claim of the run has no label (then it gets no metrics)."""
-    return conn.execute(
+    return cast(bool, conn.execute(
         text("""SELECT EXISTS (SELECT 1 FROM calibrated_results r WHERE r.run_id = :r
                                AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.claim_id = r.claim_id))"""),
         {"r": run_id},
-    ).scalar_one()
+    ).scalar_one())
 
 
 # ---- which runs are in force ------------------------------------------------------------------
@@ -248,10 +249,10 @@ def find_parent_run(conn: Connection, spec: RunSpec) -> int | None:
 def stored_neighbour_ids(conn: Connection, run_id: int, claim_ids: Sequence[int]) -> NDArray[np.int64]:
     """The stored neighbour ids of a run's claims, rows in ``claim_ids`` order (every claim must
     have a result)."""
-    rows = dict(conn.execute(
+    rows: dict[int, list[int]] = dict(conn.execute(
         text("""SELECT claim_id, neighbour_ids FROM calibrated_results
                 WHERE run_id = :r AND claim_id = ANY(:ids)"""),
-        {"r": run_id, "ids": [int(i) for i in claim_ids]}).all())
+        {"r": run_id, "ids": [int(i) for i in claim_ids]}).tuples().all())
     return np.array([rows[int(i)] for i in claim_ids], dtype=np.int64)
 
 

@@ -6,26 +6,26 @@ drawn from.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 # ---- a run's inputs ---------------------------------------------------------------------------
 
 
 def comparison_run(conn: Connection, run_id: int) -> Mapping[str, Any] | None:
     """The ``calibration_runs`` row, or None."""
-    return conn.execute(text("SELECT * FROM calibration_runs WHERE id = :i"),
-                        {"i": run_id}).mappings().first()
+    return cast("Mapping[str, Any] | None", conn.execute(
+        text("SELECT * FROM calibration_runs WHERE id = :i"), {"i": run_id}).mappings().first())
 
 
-def run_targets(conn: Connection, run_id: int) -> list[Any]:
+def run_targets(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
     """The run's targets (claim_id, score, neighbour_ids), by claim id."""
     return conn.execute(text("SELECT claim_id, score, neighbour_ids FROM calibrated_results "
                              "WHERE run_id = :r ORDER BY claim_id"), {"r": run_id}).all()
 
 
-def label_set_splits(conn: Connection, label_set_id: int) -> list[Any]:
+def label_set_splits(conn: Connection, label_set_id: int) -> Sequence[Row[Any]]:
     """The distinct (dataset, split) pairs of a label set's claims."""
     return conn.execute(text(
         """SELECT DISTINCT c.dataset, c.split FROM label_set_items i JOIN claims c ON c.id = i.claim_id
@@ -56,7 +56,7 @@ def find_comparison(conn: Connection, run_id: int, params_hash: str) -> int | No
 def store_comparison(conn: Connection, run_id: int, params_json: str, params_hash: str, code_rev: str,
                      flow_run_id: str | None, rows: Sequence[Mapping[str, Any]]) -> int:
     """Insert a comparison head and its rows (family, method, k, metric, cls, value); return its id."""
-    cid = conn.execute(
+    cid: int = conn.execute(
         text("""INSERT INTO method_comparisons (run_id, params, params_hash, code_rev, flow_run_id)
                 VALUES (:r, CAST(:p AS jsonb), :h, :cr, :fr) RETURNING id"""),
         {"r": run_id, "p": params_json, "h": params_hash, "cr": code_rev, "fr": flow_run_id},

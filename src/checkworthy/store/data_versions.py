@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from sqlalchemy import Connection, text
 
 from checkworthy.data.versioning import DataVersion
@@ -13,6 +15,6 @@ def record_data_version(conn: Connection, version: DataVersion) -> int:
     conn.execute(
         text("INSERT INTO data_versions (dvc_hash, git_rev) VALUES (:h, :g) ON CONFLICT DO NOTHING"), params
     )
-    return conn.execute(
+    return cast(int, conn.execute(
         text("SELECT id FROM data_versions WHERE dvc_hash = :h AND git_rev = :g"), params
-    ).scalar_one()
+    ).scalar_one())

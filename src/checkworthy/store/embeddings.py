@@ -13,13 +13,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, Row, bindparam, text
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL
 from checkworthy.scorers.sentence_encoder import Embedder, embed
 
 
-def missing_texts(conn: Connection, text_hashes: Sequence[str], model: str = EMBED_MODEL) -> list[Any]:
+def missing_texts(
+    conn: Connection, text_hashes: Sequence[str], model: str = EMBED_MODEL
+) -> Sequence[Row[Any]]:
     """(text_hash, text) of the texts in ``text_hashes`` that have no ``model`` vector yet."""
     return conn.execute(
         text(

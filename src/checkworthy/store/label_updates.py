@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
@@ -17,8 +17,8 @@ from checkworthy.store import rows as store
 
 def find_update(conn: Connection, file_sha256: str) -> Mapping[str, Any] | None:
     """The label update of a file with these bytes, if it was considered before."""
-    return conn.execute(text("SELECT * FROM label_updates WHERE file_sha256 = :h"),
-                        {"h": file_sha256}).mappings().first()
+    return cast("Mapping[str, Any] | None", conn.execute(
+        text("SELECT * FROM label_updates WHERE file_sha256 = :h"), {"h": file_sha256}).mappings().first())
 
 
 def known_update_files(conn: Connection, file_sha256s: Sequence[str]) -> set[str]:
@@ -32,14 +32,14 @@ def insert_update(
     data_version_id: int | None, reason: str | None = None,
 ) -> int:
     """Log a label update (applied or rejected, with the reason of a refusal); return its id."""
-    return conn.execute(
+    return cast(int, conn.execute(
         text(
             """INSERT INTO label_updates (file_sha256, path, source, status, n_rows, n_appended,
                data_version_id, reason) VALUES (:h, :p, :s, :st, :n, :na, :dv, :r) RETURNING id"""
         ),
         {"h": file_sha256, "p": path, "s": source, "st": status, "n": n_rows, "na": n_appended,
          "dv": data_version_id, "r": reason},
-    ).scalar_one()
+    ).scalar_one())
 
 
 def heads_set_by(conn: Connection, update_id: int) -> dict[str, int]:
@@ -99,9 +99,9 @@ def append_file_labels(conn: Connection, claim_ids: Sequence[int], labels: Seque
 
 def label_history(conn: Connection, claim_id: int) -> list[Mapping[str, Any]]:
     """Every label a claim ever had, oldest first, with source, time, update and flow run."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("SELECT id, label, source, created_at, update_id, flow_run_id FROM labels "
-             "WHERE claim_id = :c ORDER BY id"), {"c": claim_id}).mappings())
+             "WHERE claim_id = :c ORDER BY id"), {"c": claim_id}).mappings()))
 
 
 def labels_as_of(conn: Connection, claim_ids: Sequence[int], at: datetime) -> dict[int, int]:

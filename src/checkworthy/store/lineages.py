@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
@@ -48,7 +48,8 @@ def lock_labels(conn: Connection) -> None:
 
 def label_set_name(conn: Connection, label_set_id: int) -> str:
     """The lineage a label set belongs to."""
-    return conn.execute(text("SELECT name FROM label_sets WHERE id = :i"), {"i": label_set_id}).scalar_one()
+    return cast(str, conn.execute(text("SELECT name FROM label_sets WHERE id = :i"),
+                                  {"i": label_set_id}).scalar_one())
 
 
 def lineage_head(conn: Connection, name: str) -> int | None:
@@ -130,14 +131,14 @@ def heads(conn: Connection) -> dict[str, int]:
 
 def version_log(conn: Connection, name: str) -> list[Mapping[str, Any]]:
     """A lineage's versions, oldest first: which set, why, from which update and data version."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text(
             """SELECT v.*, ls.fingerprint, ls.n_items, ls.n_positive, dv.dvc_hash, dv.git_rev
                FROM label_set_versions v JOIN label_sets ls ON ls.id = v.label_set_id
                LEFT JOIN data_versions dv ON dv.id = v.data_version_id WHERE v.name = :n ORDER BY v.id"""
         ),
         {"n": name},
-    ).mappings())
+    ).mappings()))
 
 
 def lineage_datasets(conn: Connection, name: str) -> list[str]:

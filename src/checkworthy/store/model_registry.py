@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
@@ -56,49 +56,49 @@ def register_version(conn: Connection, v: NewVersion) -> int:
          "np": v.n_positive, "rev": v.code_rev, "a": json.dumps(dict(v.artefact)),
          "m": json.dumps(dict(v.metrics)), "t": json.dumps(dict(v.training))},
     )
-    return conn.execute(text("SELECT id FROM model_versions WHERE lineage = :l AND spec = :s"),
-                        {"l": v.lineage, "s": v.spec}).scalar_one()
+    return cast(int, conn.execute(text("SELECT id FROM model_versions WHERE lineage = :l AND spec = :s"),
+                                  {"l": v.lineage, "s": v.spec}).scalar_one())
 
 
 def decide(conn: Connection, version_id: int, status: str, decided_by: str, reason: str,
            figures: Mapping[str, Any] | None = None, compared_with: int | None = None) -> int:
     """Append a status decision for a version; return its id."""
-    return conn.execute(
+    return cast(int, conn.execute(
         text(
             """INSERT INTO model_decisions (version_id, status, compared_with, decided_by, reason, figures)
                VALUES (:v, :s, :c, :b, :r, CAST(:f AS jsonb)) RETURNING id"""
         ),
         {"v": version_id, "s": status, "c": compared_with, "b": decided_by, "r": reason,
          "f": json.dumps(dict(figures or {}))},
-    ).scalar_one()
+    ).scalar_one())
 
 
 def version(conn: Connection, version_id: int) -> Mapping[str, Any] | None:
     """A version with its current status (None if unknown or never decided)."""
-    return conn.execute(text("SELECT * FROM model_registry WHERE id = :i"),
-                        {"i": version_id}).mappings().first()
+    return cast("Mapping[str, Any] | None", conn.execute(
+        text("SELECT * FROM model_registry WHERE id = :i"), {"i": version_id}).mappings().first())
 
 
 def champion(conn: Connection, lineage: str) -> Mapping[str, Any] | None:
     """The lineage's champion (None: the project's recommended model is in force)."""
-    return conn.execute(
+    return cast("Mapping[str, Any] | None", conn.execute(
         text("""SELECT * FROM model_registry WHERE lineage = :l AND status = 'champion'
                 ORDER BY id DESC LIMIT 1"""),
         {"l": lineage},
-    ).mappings().first()
+    ).mappings().first())
 
 
 def versions(conn: Connection, lineage: str | None = None) -> list[Mapping[str, Any]]:
     """Every version (of ``lineage``, when given), oldest first, with its current status."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("""SELECT * FROM model_registry WHERE CAST(:l AS text) IS NULL OR lineage = :l
                 ORDER BY lineage, id"""),
         {"l": lineage},
-    ).mappings())
+    ).mappings()))
 
 
 def decisions(conn: Connection, version_id: int) -> list[Mapping[str, Any]]:
     """A version's decisions, oldest first."""
-    return list(conn.execute(
+    return cast(list[Mapping[str, Any]], list(conn.execute(
         text("SELECT * FROM model_decisions WHERE version_id = :v ORDER BY id"), {"v": version_id}
-    ).mappings())
+    ).mappings()))

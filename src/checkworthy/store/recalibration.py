@@ -10,11 +10,12 @@ caller sees only arrays.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import psycopg
 from numpy.typing import ArrayLike, NDArray
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.calibration_runs import RESULT_COLUMNS
@@ -77,8 +78,16 @@ COPY_TRAILER = b"\xff\xff"
 INT8_OID, FLOAT8_OID = 20, 701
 
 
+def _driver(conn: Connection) -> psycopg.Connection[Any]:
+    """psycopg's own connection under ``conn``, for what SQLAlchemy does not expose (COPY, binary
+    cursors)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None, "a connection in use has its driver's connection"
+    return cast(psycopg.Connection[Any], raw)
+
+
 def pools(conn: Connection, new_label_set_id: int, old_label_set_id: int, key: ScoreKey,
-          embed_model: str) -> list[Any]:
+          embed_model: str) -> Sequence[Row[Any]]:
     """The claims eligible as neighbours under ``key`` in either label set: (claim_id, new_label,
     old_label, score, since), a label None where the claim is not in that set."""
     return conn.execute(POOLS_SQL, key_params(new_label_set_id, key, embed_model)
@@ -99,7 +108,8 @@ def parent_blocks(conn: Connection, parent_run_id: int, k: int, block: int,
                      + [f"r.neighbour_distances[{i}]" for i in range(1, k + 1)])
     sql = (PARENT_VECTORS_COPY if embed_model else PARENT_COPY).format(neighbours=cols)
     params = (embed_model, parent_run_id) if embed_model else (parent_run_id,)
-    fields = [("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = [
+        ("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
     fields += [x for i in range(k) for x in ((f"l_n{i}", ">i4"), (f"n{i}", ">i8"))]
     fields += [x for i in range(k) for x in ((f"l_d{i}", ">i4"), (f"d{i}", ">f8"))]
     n_fields = 2 + 2 * k + (1 if embed_model else 0)
@@ -132,7 +142,7 @@ def parent_blocks(conn: Connection, parent_run_id: int, k: int, block: int,
         assert dt is not None
         rows = np.frombuffer(buf, dtype=dt, count=n)  # a view: the buffer is not copied
         buf = buf[n * dt.itemsize:]
-        lengths = [rows[f] for f in dt.names if f.startswith("l_") and f != "l_v"]
+        lengths = [rows[f] for f in dt.names or () if f.startswith("l_") and f != "l_v"]
         if (rows["nf"] != n_fields).any() or any((x != 8).any() for x in lengths):
             raise RuntimeError("the parent run's rows have NULLs or another k")
         if embed_model and (rows["dim"] != rows["v"].shape[1]).any():
@@ -140,7 +150,7 @@ def parent_blocks(conn: Connection, parent_run_id: int, k: int, block: int,
         return rows
 
     settings = parent_read_settings(conn, parent_run_id) if embed_model else PARENT_READ_SETTINGS
-    with (local_settings(conn, settings), conn.connection.driver_connection.cursor() as cur,
+    with (local_settings(conn, settings), _driver(conn).cursor() as cur,
           cur.copy(sql, params) as cp):
         for message in cp:
             buf += message
@@ -176,9 +186,11 @@ def claim_vectors(conn: Connection, claim_ids: Sequence[int],
     particular order), from one statement in binary."""
     if not len(claim_ids):
         return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
-    with conn.connection.driver_connection.cursor(binary=True) as cur:
+    with _driver(conn).cursor(binary=True) as cur:
         cur.execute(VECTORS_SQL, (embed_model, [int(i) for i in claim_ids]))
-        (blob,) = cur.fetchone()
+        row = cur.fetchone()
+        assert row is not None, "an aggregate returns one row"
+        (blob,) = row
     if not blob:
         return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
     dim = int.from_bytes(blob[8:10], "big")
@@ -237,7 +249,7 @@ def copy_results(conn: Connection, run_id: int, claim_ids: NDArray[np.int64], re
     rec["l_decision"], rec["decision"] = 1, np.asarray(res.decision).astype(bool)
     _fill_array(rec["nids"], INT8_OID, neighbour_ids.astype(np.int64))
     _fill_array(rec["nds"], FLOAT8_OID, neighbour_distances.astype(np.float64))
-    raw = conn.connection.driver_connection
+    raw = _driver(conn)
     sql = f"COPY calibrated_results ({', '.join(RESULT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
     with raw.cursor() as cur, cur.copy(sql) as cp:
         cp.write(COPY_SIGNATURE + rec.tobytes() + COPY_TRAILER)

@@ -4,7 +4,7 @@ pinned, so that it can be re-rendered byte for byte."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
@@ -23,6 +23,6 @@ def store_report(conn: Connection, name: str, run_ids: Sequence[int], markdown: 
 
 def stored_report(conn: Connection, ref: str) -> Mapping[str, Any] | None:
     """The newest stored report with this name (or id)."""
-    return conn.execute(
+    return cast("Mapping[str, Any] | None", conn.execute(
         text("SELECT * FROM reports WHERE name = :n OR CAST(id AS text) = :n ORDER BY id DESC LIMIT 1"),
-        {"n": ref}).mappings().first()
+        {"n": ref}).mappings().first())

@@ -8,9 +8,9 @@ appends the label, so a label and the closing of its entries are one fact.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 #: the open queue's columns, in export order
 OPEN_COLUMNS = ("entry_id", "run_id", "target", "claim_id", "dataset", "source_id", "text", "theta",
@@ -34,19 +34,19 @@ def insert_entries(conn: Connection, run_id: int, claim_ids: Sequence[int], thet
 
 def entries_of_run(conn: Connection, run_id: int) -> list[Mapping[str, Any]]:
     """A run's entries, most uncertain first."""
-    return list(conn.execute(text(
+    return cast(list[Mapping[str, Any]], list(conn.execute(text(
         """SELECT claim_id, theta, priority, reason, cause FROM review_queue WHERE run_id = :r
-           ORDER BY priority DESC, claim_id"""), {"r": run_id}).mappings())
+           ORDER BY priority DESC, claim_id"""), {"r": run_id}).mappings()))
 
 
 def open_entries(conn: Connection, limit: int | None = None, target: str | None = None
                  ) -> list[Mapping[str, Any]]:
     """The top of the open queue (one row per unanswered claim of the runs in force), most
     uncertain first; ``target`` keeps one calibration target's claims."""
-    return list(conn.execute(text(
+    return cast(list[Mapping[str, Any]], list(conn.execute(text(
         f"""SELECT {', '.join(OPEN_COLUMNS)} FROM review_open
             WHERE CAST(:t AS text) IS NULL OR target = :t
-            ORDER BY priority DESC, claim_id LIMIT :n"""), {"t": target, "n": limit}).mappings())
+            ORDER BY priority DESC, claim_id LIMIT :n"""), {"t": target, "n": limit}).mappings()))
 
 
 def open_drift_claims(conn: Connection, claim_ids: Sequence[int]) -> set[int]:
@@ -65,7 +65,7 @@ def unlabelled_sample(conn: Connection, limit: int | None, target: str | None, s
     """A uniform sample of the claims the calibrations in force decide that have no label and no
     answer (the stream), with their newest theta and run's threshold; the order is a seeded hash
     of the claim id, so the same seed gives the same sample."""
-    return list(conn.execute(text(
+    return cast(list[Mapping[str, Any]], list(conn.execute(text(
         """SELECT * FROM (
                SELECT DISTINCT ON (cr.claim_id) cr.run_id, f.target, cr.claim_id, c.dataset, c.source_id,
                       t.text, cr.theta, r.threshold
@@ -79,7 +79,7 @@ def unlabelled_sample(conn: Connection, limit: int | None, target: str | None, s
                  AND NOT EXISTS (SELECT 1 FROM review_answers a WHERE a.claim_id = cr.claim_id)
                ORDER BY cr.claim_id, cr.run_id DESC) x
            ORDER BY md5(x.claim_id::text || ':' || CAST(:seed AS text)), x.claim_id LIMIT :n"""),
-        {"t": target, "n": limit, "seed": seed}).mappings())
+        {"t": target, "n": limit, "seed": seed}).mappings()))
 
 
 def calibrated_targets(conn: Connection) -> list[str]:
@@ -109,12 +109,12 @@ def close_answered(conn: Connection, update_id: int, labels: Mapping[int, int]) 
 
 def answers_of_update(conn: Connection, update_id: int) -> list[Mapping[str, Any]]:
     """The answers a label update recorded."""
-    return list(conn.execute(text(
+    return cast(list[Mapping[str, Any]], list(conn.execute(text(
         "SELECT claim_id, label FROM review_answers WHERE update_id = :u ORDER BY claim_id"),
-        {"u": update_id}).mappings())
+        {"u": update_id}).mappings()))
 
 
-def labelled_results(conn: Connection, run_id: int) -> list[Any]:
+def labelled_results(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
     """A run's (claim_id, theta, nearest labelled distance, label) with each claim's label as it
     stood when the run finished (None if it had none), so that figures derived from them never
     change afterwards."""
@@ -131,4 +131,4 @@ def queued_counts(conn: Connection, run_ids: Sequence[int]) -> dict[int, int]:
     """How many claims each run queued for review."""
     return dict(conn.execute(text(
         "SELECT run_id, count(*) FROM review_queue WHERE run_id = ANY(:r) GROUP BY run_id"),
-        {"r": [int(i) for i in run_ids]}).all())
+        {"r": [int(i) for i in run_ids]}).tuples().all())

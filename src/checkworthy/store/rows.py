@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -156,7 +156,7 @@ def create_label_set(
         {"n": name, "f": fingerprint, "ni": len(rows), "np": sum(r.label for r in rows),
          "dv": data_version_id},
     )
-    set_id = conn.execute(
+    set_id: int = conn.execute(
         text("SELECT id FROM label_sets WHERE name = :n AND fingerprint = :f"),
         {"n": name, "f": fingerprint},
     ).scalar_one()
@@ -196,9 +196,9 @@ def label_set_texts(conn: Connection, label_set_id: int) -> list[tuple[str, int]
 
 def label_set_fingerprint(conn: Connection, label_set_id: int) -> str:
     """The fingerprint of a label set (what identifies its labels, whatever its row id)."""
-    return conn.execute(
+    return cast(str, conn.execute(
         text("SELECT fingerprint FROM label_sets WHERE id = :i"), {"i": label_set_id}
-    ).scalar_one()
+    ).scalar_one())
 
 
 def ensure_model(conn: Connection, spec: str, kind: str, details: Mapping[str, Any] | None = None) -> int:
@@ -210,12 +210,13 @@ def ensure_model(conn: Connection, spec: str, kind: str, details: Mapping[str, A
         ),
         {"s": spec, "k": kind, "d": json.dumps(details or {})},
     )
-    return conn.execute(text("SELECT id FROM models WHERE spec = :s"), {"s": spec}).scalar_one()
+    return cast(int, conn.execute(text("SELECT id FROM models WHERE spec = :s"), {"s": spec}).scalar_one())
 
 
 def model_spec(conn: Connection, model_id: int) -> str:
     """The spec of a stored model."""
-    return conn.execute(text("SELECT spec FROM models WHERE id = :m"), {"m": model_id}).scalar_one()
+    return cast(str, conn.execute(text("SELECT spec FROM models WHERE id = :m"),
+                                  {"m": model_id}).scalar_one())
 
 
 def ensure_prompt_version(conn: Connection, version: str, guidelines: str, template: str) -> str:

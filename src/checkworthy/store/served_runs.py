@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
@@ -55,24 +55,24 @@ def calibrated_lineages(conn: Connection) -> list[str]:
 
 def lineage_dataset(conn: Connection, label_set_id: int) -> str:
     """The dataset most of a label set's claims belong to (a request's claims join it)."""
-    return conn.execute(
+    return cast(str, conn.execute(
         text("""SELECT c.dataset FROM label_set_items i JOIN claims c ON c.id = i.claim_id
                 WHERE i.label_set_id = :s GROUP BY c.dataset ORDER BY count(*) DESC, c.dataset LIMIT 1"""),
         {"s": label_set_id},
-    ).scalar_one()
+    ).scalar_one())
 
 
 def insert_request(conn: Connection, request_uid: uuid.UUID, key_id: int, endpoint: str,
                    served_run_id: int, run_id: int | None, claim_ids: Sequence[int],
                    drift: Mapping[str, Any] | None) -> int:
     """Record what a request stored, and its own drift figure; return its id."""
-    return conn.execute(
+    return cast(int, conn.execute(
         text("""INSERT INTO api_requests (request_uid, key_id, endpoint, served_run_id, run_id, claim_ids,
                                           drift)
                 VALUES (:u, :k, :e, :s, :r, :c, CAST(:d AS jsonb)) RETURNING id"""),
         {"u": request_uid, "k": key_id, "e": endpoint, "s": served_run_id, "r": run_id,
          "c": [int(i) for i in claim_ids], "d": None if drift is None else json.dumps(dict(drift))},
-    ).scalar_one()
+    ).scalar_one())
 
 
 # ---- windows: the run that records a served run's requests for a while ------------------------
@@ -118,8 +118,8 @@ def open_window(conn: Connection, served_run_id: int, seconds: float) -> Window 
 
 def is_running(conn: Connection, run_id: int) -> bool:
     """Whether the run is still running (an open window another process may have closed)."""
-    return conn.execute(text("SELECT status = 'running' FROM calibration_runs WHERE id = :i"),
-                        {"i": run_id}).scalar_one()
+    return cast(bool, conn.execute(text("SELECT status = 'running' FROM calibration_runs WHERE id = :i"),
+                                   {"i": run_id}).scalar_one())
 
 
 def window_counts(conn: Connection, run_id: int) -> WindowCounts:
@@ -147,5 +147,5 @@ def complete_window(conn: Connection, run_id: int, params: Mapping[str, Any]) ->
 
 def requests_of_key(conn: Connection, key_id: int) -> list[Mapping[str, Any]]:
     """A key's requests, oldest first."""
-    return list(conn.execute(text("SELECT * FROM api_requests WHERE key_id = :k ORDER BY id"),
-                             {"k": key_id}).mappings())
+    return cast(list[Mapping[str, Any]], list(conn.execute(
+        text("SELECT * FROM api_requests WHERE key_id = :k ORDER BY id"), {"k": key_id}).mappings()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
@@ -52,7 +52,7 @@ def store_outcome(
     label_update_id: int | None, data_version_id: int | None = None,
 ) -> int:
     """Store a suite run and its checks once (same rows, suite and targets: same row); return its id."""
-    run_id = conn.execute(
+    run_id: int | None = conn.execute(
         text(
             """INSERT INTO validation_runs (label_set_name, label_set_id, label_update_id, subject_hash,
                suite_name, suite_hash, targets_hash, success, n_rows, statistics, gx_version, data_version_id)
@@ -66,12 +66,12 @@ def store_outcome(
          "dv": data_version_id},
     ).scalar()
     if run_id is None:
-        return conn.execute(
+        return cast(int, conn.execute(
             text("""SELECT id FROM validation_runs WHERE subject_hash = :sh AND suite_hash = :suh
                     AND targets_hash = :th AND label_update_id IS NOT DISTINCT FROM :u"""),
             {"sh": outcome.subject_hash, "suh": outcome.suite_hash, "th": outcome.targets_hash,
              "u": label_update_id},
-        ).scalar_one()
+        ).scalar_one())
     conn.execute(
         text(
             """INSERT INTO validation_results (validation_run_id, check_name, expectation, success,
@@ -88,8 +88,8 @@ def store_outcome(
 
 def run_success(conn: Connection, validation_run_id: int) -> bool:
     """Whether a stored validation run passed."""
-    return conn.execute(text("SELECT success FROM validation_runs WHERE id = :v"),
-                        {"v": validation_run_id}).scalar_one()
+    return cast(bool, conn.execute(text("SELECT success FROM validation_runs WHERE id = :v"),
+                                   {"v": validation_run_id}).scalar_one())
 
 
 def failed_checks(conn: Connection, validation_run_id: int) -> list[str]:
@@ -115,6 +115,6 @@ def runs_of_update(conn: Connection, label_update_id: int) -> list[int]:
 
 def load_results(conn: Connection, validation_run_id: int) -> dict[str, Mapping[str, Any]]:
     """A stored validation run's checks by check name."""
-    return {r["check_name"]: r for r in conn.execute(
+    return cast(dict[str, Mapping[str, Any]], {r["check_name"]: r for r in conn.execute(
         text("SELECT * FROM validation_results WHERE validation_run_id = :v"), {"v": validation_run_id}
-    ).mappings()}
+    ).mappings()})

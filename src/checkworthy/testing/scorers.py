@@ -21,7 +21,8 @@ class SlowHashScorer:
     score_kinds = ("verbalised",)
 
     def __init__(self, spec: str, delay: float = 0.0) -> None:
-        self.spec, self.delay, self.texts_sent = spec, delay, []
+        self.spec, self.delay = spec, delay
+        self.texts_sent: list[str] = []
 
     def params(self) -> dict[str, Any]:
         return {"temperature": 0.0, "runtime": "pipe"}
