@@ -85,3 +85,40 @@ def test_an_english_batch_has_no_language_drift(use_db, files, capsys):
     with use_db.connect() as conn:
         drift = conn.execute(text("SELECT params->'drift' FROM calibration_runs ORDER BY id DESC LIMIT 1")).scalar()
     assert "languages" not in drift
+
+
+def test_review_export_carries_the_language_and_its_direction(use_db, files, tmp_path):
+    """After the mixed batch: Label Studio tasks and the CSV to fill in carry each claim's language;
+    Arabic is written right to left, and the labelling configuration lays each claim out in its
+    own direction."""
+    import json
+
+    from checkworthy.data.label_studio import LABEL_CONFIG
+
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(d / "OUT.csv"),
+                 "--k", "5", *MODEL]) == 0
+    out = tmp_path / "tasks.json"
+    assert main(["review", "export", "--format", "label-studio", "--out", str(out)]) == 0
+    tasks = [t["data"] for t in json.loads(out.read_text(encoding="utf-8"))]
+    arabic = [t for t in tasks if t["language"] == "ar"]
+    assert len(arabic) >= 6 and all(t["dir"] == "rtl" for t in arabic)
+    assert all(t["dir"] == "ltr" for t in tasks if t["language"] == "en")
+    assert "unicode-bidi: plaintext" in LABEL_CONFIG and 'value="$text"' in LABEL_CONFIG
+    csv_out = tmp_path / "todo.csv"
+    assert main(["review", "export", "--format", "csv", "--out", str(csv_out)]) == 0
+    with open(csv_out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["language"] for r in rows} >= {"ar"}
+
+
+def test_explain_prints_the_claims_language(use_db, files, capsys):
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(d / "OUT.csv"),
+                 "--k", "5", *MODEL]) == 0
+    with open(unl, newline="", encoding="utf-8") as fh:
+        last = list(csv.DictReader(fh))[-1]["id"]
+    capsys.readouterr()
+    assert main(["explain", last]) == 0
+    printed = capsys.readouterr().out
+    assert "  language:   ar (confidence " in printed and "py3langid 0.4.0" in printed

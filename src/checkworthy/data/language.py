@@ -21,7 +21,7 @@ from functools import cache
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["UND", "DetectedLanguage", "detect", "words_of"]
+__all__ = ["UND", "DetectedLanguage", "detect", "direction", "words_of"]
 
 #: the code of a text in no detectable language (ISO 639-2 "undetermined")
 UND = "und"
@@ -36,6 +36,10 @@ _NO_CONTENT = "zxx"
 #: labels without one (e.g. ``ext``, Extremaduran) are left out of the identifier
 _MACROLANGUAGE = {"arz": "ar", "ary": "ar", "yue": "zh", "wuu": "zh", "uzs": "uz", "gug": "gn",
                   "sdh": "ku", "kik": "ki", "fuv": "ff"}
+
+#: the languages of py3langid's written right to left (Arabic, Persian, Urdu, Pashto, Sindhi,
+#: Uyghur, Hebrew, Yiddish, Divehi)
+RIGHT_TO_LEFT = frozenset({"ar", "fa", "ur", "ps", "sd", "ug", "he", "yi", "dv"})
 
 _URL = re.compile(r"(?:https?://|www\.)\S+", re.IGNORECASE)
 _MENTION = re.compile(r"(?<!\w)@\w+")
@@ -58,6 +62,14 @@ class DetectedLanguage:
         if (self.code == UND) != bool(self.reason):
             raise ValueError(f"a reason is given for und and only for und (code {self.code!r}, "
                              f"reason {self.reason!r})")
+
+
+def direction(code: str | None) -> str:
+    """How a text in language ``code`` is written, as HTML's ``dir`` says it: ``rtl``, ``ltr``, or
+    ``auto`` (the browser decides from the text) for ``und`` or an unknown language."""
+    if code is None or code == UND:
+        return "auto"
+    return "rtl" if code in RIGHT_TO_LEFT else "ltr"
 
 
 def words_of(text: str) -> str:

@@ -207,7 +207,8 @@ def sentence_out(r: Any) -> SentenceOut:
     score = None if r.theta is None else min(1.0, max(0.0, r.theta))
     return SentenceOut(text=r.text, index=r.position, score=score, model_score=r.score, theta=r.theta,
                        ci_low=r.ci_low, ci_high=r.ci_high, decision=r.decision, review=r.review,
-                       reason=r.reason, far=r.far, claim_id=r.claim_id, source_id=r.source_id,
+                       reason=r.reason, far=r.far, language=r.language, claim_id=r.claim_id,
+                       source_id=r.source_id,
                        neighbours=[{"claim_id": n.claim_id, "source_id": n.source_id, "distance": n.distance}
                                    for n in r.neighbours])
 
