@@ -122,3 +122,64 @@ def test_explain_prints_the_claims_language(use_db, files, capsys):
     assert main(["explain", last]) == 0
     printed = capsys.readouterr().out
     assert "  language:   ar (confidence " in printed and "py3langid 0.4.0" in printed
+
+
+def test_a_text_empty_after_normalisation_is_refused_before_anything_is_written(use_db, files, capsys):
+    """Zero-width spaces and a direction mark are no text: the row is refused in one line naming the
+    file, the line and the field, and nothing is stored."""
+    lab, unl, d = files
+    bad = d / "U_invisible.csv"
+    write_csv(bad, ["id", "text"], [("a", "The unemployment rate fell to 4 percent last year."),
+                                     ("b", "\u200b\u200b\u200f")])
+    before = table_counts(use_db)
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(bad), "--out", str(d / "bad.csv"),
+                 "--k", "5", *MODEL]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "3" in err[0] and "text" in err[0]
+    assert "empty after normalisation" in err[0]
+    assert table_counts(use_db) == before
+    assert not (d / "bad.csv").exists()
+
+
+def test_a_text_in_no_detectable_language_is_kept_as_und(use_db, files):
+    """A tweet of only a link, or only emoji, is real input: kept, calibrated, its language ``und``
+    (never drift for language: und names no language the labelled set could lack)."""
+    lab, _, d = files
+    odd = d / "U_und.csv"
+    write_csv(odd, ["id", "text"], [("a", "The unemployment rate fell to 4 percent last year."),
+                                    ("b", "https://t.co/x1y2z3"), ("c", "\U0001F600\U0001F600 !!!")])
+    out = d / "und.csv"
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(odd), "--out", str(out),
+                 "--k", "5", *MODEL]) == 0
+    with open(out, newline="", encoding="utf-8") as fh:
+        assert [r["language"] for r in csv.DictReader(fh)] == ["en", "und", "und"]
+
+
+def test_the_api_refuses_a_text_empty_after_normalisation():
+    from checkworthy.serve.app import ApiError, Limits, check_texts
+
+    assert check_texts([" Taxes rose. "], Limits(), "sentences") == ["Taxes rose."]
+    with pytest.raises(ApiError) as got:
+        check_texts(["Taxes rose.", "\ufeff\u200b"], Limits(), "sentences")
+    assert got.value.field == "sentences[1]" and "empty after normalisation" in str(got.value)
+
+
+def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():
+    """Pure: und and unknown languages never count; a calm figure's claims in a new language are far."""
+    import numpy as np
+
+    from checkworthy.method.drift import CALM, FAR, drift, drift_status, unlike_labelled, with_languages
+    from checkworthy.report.drift import drift_line
+
+    langs = ["en", "ar", "und", None, "ar", "tr"]
+    figure = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(6, 0.2)).as_dict(), langs, {"en"})
+    assert not figure["alert"] and figure["languages"] == {"ar": 2, "tr": 1}
+    status = drift_status(np.full(6, 0.2), figure, langs)
+    assert status.tolist() == [CALM, FAR, CALM, CALM, FAR, FAR]
+    assert drift_status(np.full(6, 0.2), figure).tolist() == [CALM] * 6  # no languages given
+    assert unlike_labelled(figure)  # 3 of 6 in new languages: more than the tolerated 15%
+    assert drift_line(figure) == ("drift: 2 claims in ar, 1 in tr, languages the labelled set has none of: "
+                                  "a person decides them; label some of them so that the labelled set "
+                                  "covers the language")
+    english = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(3, 0.2)).as_dict(), ["en"] * 3, {"en"})
+    assert "languages" not in english and drift_line(english) is None and not unlike_labelled(english)

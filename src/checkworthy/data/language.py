@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from functools import cache
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["UND", "DetectedLanguage", "detect", "direction", "words_of"]
+__all__ = ["UND", "DetectedLanguage", "EMPTY_AFTER_NORMALISATION", "detect", "direction", "visible",
+           "words_of"]
 
 #: the code of a text in no detectable language (ISO 639-2 "undetermined")
 UND = "und"
@@ -62,6 +64,20 @@ class DetectedLanguage:
         if (self.code == UND) != bool(self.reason):
             raise ValueError(f"a reason is given for und and only for und (code {self.code!r}, "
                              f"reason {self.reason!r})")
+
+
+#: why a text that :func:`visible` empties is refused (one line, after the file, line and field)
+EMPTY_AFTER_NORMALISATION = ("empty after normalisation: only white space and invisible characters "
+                             "(zero-width spaces, direction marks, control characters)")
+
+
+def visible(text: str) -> str:
+    """What a reader sees of ``text``: NFKC-normalised, control and format characters (zero-width
+    spaces and joiners, direction marks, the byte-order mark) dropped, white space collapsed. An
+    empty result means there is nothing to read: such a text is refused, never stored."""
+    kept = "".join(ch for ch in unicodedata.normalize("NFKC", text)
+                   if unicodedata.category(ch) not in ("Cc", "Cf") or ch.isspace())
+    return " ".join(kept.split())
 
 
 def direction(code: str | None) -> str:

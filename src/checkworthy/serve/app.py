@@ -28,6 +28,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, visible
 from checkworthy.data.sentences import split_sentences
 from checkworthy.flows.events import emit_drift
 from checkworthy.report.drift import drift_line
@@ -194,6 +195,8 @@ def check_texts(texts: list[str], limits: Limits, field: str) -> list[str]:
         s = t.strip()
         if not s:
             raise ApiError(422, "empty", "empty text", where)
+        if not visible(s):
+            raise ApiError(422, "empty", EMPTY_AFTER_NORMALISATION, where)
         if len(s) > limits.max_chars:
             raise ApiError(422, "too_long", f"{len(s)} characters; at most {limits.max_chars}", where)
         problem = text_problem(s)
