@@ -168,14 +168,21 @@ def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():
     """Pure: und and unknown languages never count; a calm figure's claims in a new language are far."""
     import numpy as np
 
-    from checkworthy.method.drift import CALM, FAR, drift, drift_status, unlike_labelled, with_languages
+    from checkworthy.method.drift import (
+        CALM,
+        NEW_LANGUAGE,
+        drift,
+        drift_status,
+        unlike_labelled,
+        with_languages,
+    )
     from checkworthy.report.drift import drift_line
 
     langs = ["en", "ar", "und", None, "ar", "tr"]
     figure = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(6, 0.2)).as_dict(), langs, {"en"})
     assert not figure["alert"] and figure["languages"] == {"ar": 2, "tr": 1}
     status = drift_status(np.full(6, 0.2), figure, langs)
-    assert status.tolist() == [CALM, FAR, CALM, CALM, FAR, FAR]
+    assert status.tolist() == [CALM, NEW_LANGUAGE, CALM, CALM, NEW_LANGUAGE, NEW_LANGUAGE]
     assert drift_status(np.full(6, 0.2), figure).tolist() == [CALM] * 6  # no languages given
     assert unlike_labelled(figure)  # 3 of 6 in new languages: more than the tolerated 15%
     assert drift_line(figure) == ("drift: 2 claims in ar, 1 in tr, languages the labelled set has none of: "

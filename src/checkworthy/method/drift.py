@@ -95,8 +95,9 @@ def drift(loo_nearest: ArrayLike, nearest: ArrayLike, quantile: float = QUANTILE
 
 
 #: a claim's drift status (:func:`drift_status`): drift does not hold it back; it lies within the
-#: radius of a batch of another kind; it lies beyond the radius of a batch that alerts
-CALM, DRIFTING, FAR = 0, 1, 2
+#: radius of a batch of another kind; it lies beyond the radius of a batch that alerts; it is in a
+#: language none of L's claims is in (whatever its distance)
+CALM, DRIFTING, FAR, NEW_LANGUAGE = 0, 1, 2, 3
 #: a batch that alerts with more than this share beyond the radius is of another kind: most of it
 #: is unlike L's claims (under a mixture of L-like claims, at most 1 - q of them beyond, and others)
 ANOTHER_KIND = 0.5
@@ -114,7 +115,8 @@ def drift_status(nearest: ArrayLike, figure: Mapping[str, Any] | None,
     labelled claim (``nearest``) and its batch's figure (:meth:`Drift.as_dict`, as stored): all
     calm when the figure does not alert (or there is none); beyond the radius far; within it
     drifting in a batch of another kind (:func:`another_kind`), else calm. With ``languages`` (each
-    claim's, None where unknown), a claim in one of the figure's new languages is far too."""
+    claim's, None where unknown), a claim in one of the figure's new languages is
+    :data:`NEW_LANGUAGE`."""
     d = np.asarray(nearest, dtype=float)
     if not figure or not figure.get("alert"):
         status = np.full(d.shape, CALM, dtype=np.int8)
@@ -124,7 +126,7 @@ def drift_status(nearest: ArrayLike, figure: Mapping[str, Any] | None,
         status = np.where(far, FAR, DRIFTING if another_kind(figure) else CALM).astype(np.int8)
     new = (figure or {}).get("languages") or {}
     if new and languages is not None:
-        status[np.array([lang in new for lang in languages], dtype=bool)] = FAR
+        status[np.array([lang in new for lang in languages], dtype=bool)] = NEW_LANGUAGE
     return status
 
 

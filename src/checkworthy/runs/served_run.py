@@ -43,7 +43,7 @@ from sqlalchemy.exc import DBAPIError
 from checkworthy.config import WINDOW_SECONDS, model_name
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
-from checkworthy.method.drift import FAR, drift, drift_status, with_languages
+from checkworthy.method.drift import FAR, NEW_LANGUAGE, drift, drift_status, with_languages
 from checkworthy.method.predictor_choice import FittedCorrection, uses_head
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import (
@@ -308,7 +308,7 @@ class ServedRun:
                 reason=reasons[j] if reasons is not None else None,
                 neighbours=[Neighbour(int(n), names[int(n)], float(d))
                             for n, d in zip(nb.neighbour_ids[j], nb.distances[j])],
-                far=bool(status[j] == FAR), language=langs.get(cid)))
+                far=bool(status[j] in (FAR, NEW_LANGUAGE)), language=langs.get(cid)))
         return Submission(uid, run_id, results, figure)
 
     def _append(self, conn: Connection, got: tuple[nnppi.NNPPIResult, Neighbours], status: np.ndarray,
