@@ -41,7 +41,8 @@ def test_calibrate_writes_one_row_per_claim_with_nnppi(use_db, files, claims, ca
     with open(out, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors",
-                             "review"]
+                             "review", "language"]
+    assert {r["language"] for r in rows} == {"en"}
     assert [r["id"] for r in rows] == [c[0] for c in claims[70:]]
     by_id = {c[0]: c for c in claims[:70]}
     for r in rows:

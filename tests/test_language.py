@@ -1,72 +1,192 @@
-"""Each claim's language (checkworthy.data.language) on real tweets and debate sentences of the six
-languages the project holds, and the ``und`` cases with their reasons."""
+"""Each claim's language: detected once per text and stored, written to OUT.csv, answered by the
+API and carried to the review queue; claims in a language the labelled set has none of are held
+back for a person, and ``predict`` says so in one line and measures each language."""
 
 from __future__ import annotations
 
-import re
+import csv
 
 import pytest
+from sqlalchemy import text
 
-from checkworthy.data.datasets import MULTILINGUAL_TWEETS, TWEET_FILES, load_clef, load_tweets
-from checkworthy.data.language import MIN_CONFIDENCE, NO_WORDS, UND, DetectedLanguage, detect, words_of
+from checkworthy.cli.main import main
+from checkworthy.data.datasets import load_clef, load_tweets
+from checkworthy.runs.own_scores import OUT_COLUMNS
+from checkworthy.store.audit import table_counts
+from checkworthy.testing.claims import write_csv
 from checkworthy.testing.datasets import raw_path
 
+pytestmark = pytest.mark.slow
 
-def first_texts(n: int = 40) -> dict[str, list[str]]:
-    """The first ``n`` texts of each language's train file (English: tweets and debates)."""
-    out = {"en": [c.text for c in load_tweets(raw_path("tweets", TWEET_FILES["ct22-train"]), "ct22-train")[0][:n]]
-           + [c.text for c in load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")[0][:n]]}
-    for tweets in MULTILINGUAL_TWEETS.values():
-        split = next(s for s in tweets.files if s.endswith("-train"))
-        path = raw_path("multilingual", tweets.folder, tweets.files[split])
-        out[tweets.language] = [c.text for c in load_tweets(path, split)[0][:n]]
-    return out
+MODEL = ["--model", "classifier:minilm-lr", "--score-kind", "p_positive"]
 
 
-def test_the_languages_of_real_claims():
-    """On the first 40 texts of each train file (80 English) at most one is not its file's language."""
-    for language, texts in first_texts().items():
-        found = detect(texts)
-        assert len(found) == len(texts)
-        wrong = [(d.code, t[:60]) for d, t in zip(found, texts) if d.code != language]
-        assert len(wrong) <= 1, (language, wrong)
-        assert all(MIN_CONFIDENCE <= d.confidence <= 1 and not d.reason for d in found if d.code != UND)
+def arabic_tweets(n: int) -> list:
+    """The first ``n`` Arabic tweets of CheckThat! 2024's train file that read as Arabic."""
+    from checkworthy.data.language import detect
+
+    tweets, _ = load_tweets(raw_path("multilingual", "arabic", "CT24_checkworthy_arabic_train.tsv"),
+                            "ct24-train", dataset="tweets-ar")
+    return [t for t, d in zip(tweets[:4 * n], detect(t.text for t in tweets[:4 * n])) if d.code == "ar"][:n]
 
 
-def test_a_catalan_tweet_of_the_spanish_file_is_catalan():
-    """The Spanish file holds Catalan tweets: the detector names the text's language, not the file's."""
-    tweets = MULTILINGUAL_TWEETS["tweets-es"]
-    claims, _ = load_tweets(raw_path("multilingual", tweets.folder, tweets.files["ct22-train"]), "ct22-train")
-    text = next(c.text for c in claims if c.text.startswith("(2/2) Perfectament compatible"))
-    assert detect([text])[0].code == "ca"
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """L: 40 English debate claims; U: 10 English dev-test claims, then 6 Arabic tweets (labelled)."""
+    train, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_train.tsv"), "train")
+    test, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
+    lab = [c for c in train if c.label == 1][:20] + [c for c in train if c.label == 0][:20]
+    unl = test[:10] + arabic_tweets(6)
+    d = tmp_path_factory.mktemp("language")
+    return (write_csv(d / "L.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in lab]),
+            write_csv(d / "U.csv", ["id", "text", "label"], [(c.source_id, c.text, c.label) for c in unl]),
+            d)
 
 
-def test_und_with_the_reason():
-    got = detect(["https://t.co/x @someone 12 🙂 #", "", "ERROR!", "Nov 2020"])
-    assert [d.code for d in got] == [UND] * 4
-    assert got[0].reason == got[1].reason == NO_WORDS
-    assert "no language stands out" in got[2].reason and f"< {MIN_CONFIDENCE}" in got[2].reason
-    assert all(d.confidence == 0.0 for d in got)
-    assert detect([]) == []
+def test_a_batch_in_a_language_the_labels_lack_is_drift_held_back_and_measured(use_db, files, capsys):
+    lab, unl, d = files
+    out = d / "OUT.csv"
+    argv = ["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(out), "--k", "5", *MODEL]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == OUT_COLUMNS and OUT_COLUMNS[-1] == "language"
+    assert [r["language"] for r in rows] == ["en"] * 10 + ["ar"] * 6
+    assert all(r["review"] == "1" for r in rows[10:])  # held back for a person, whatever theta says
+    line = next(x for x in printed.splitlines() if x.startswith("drift: "))
+    assert "6 claims in ar, a language the labelled set has none of: a person decides them" in line
+    assert "nnppi by language: ar (6 claims)" in printed and "en (10 claims)" in printed
+    with use_db.connect() as conn:
+        stored = dict(conn.execute(text(
+            "SELECT language, count(*) FROM text_languages GROUP BY language")).all())
+        drift = conn.execute(text("SELECT params->'drift' FROM calibration_runs ORDER BY id DESC LIMIT 1")).scalar()
+        queued = conn.execute(text(
+            "SELECT count(*) FROM review_queue q JOIN calibration_runs r ON r.id = q.run_id "
+            "WHERE r.id = (SELECT max(id) FROM calibration_runs) AND q.cause = 'drift'")).scalar()
+    assert stored["ar"] >= 6 and stored["en"] >= 50 - stored.get("und", 0)
+    assert drift["languages"] == {"ar": 6}
+    assert queued >= 6
+    before = table_counts(use_db)  # again: every language is stored once, the run reused
+    assert main(argv) == 0
+    assert table_counts(use_db) == before
 
 
-def test_codes_are_iso_639_1_and_arabic_dialects_are_arabic():
-    dialect = "روح عيش هناك ههه يقول بلد الانسانيه ولاتقط نقزات هههه والحكومه الكويتيه ادرى عن البدون"
-    got = detect([dialect, "Dit is een zin in het Nederlands over de griep.", "Bu bir Türkçe cümledir ve aşı hakkında."])
-    assert [d.code for d in got] == ["ar", "nl", "tr"]
-    every = [t for texts in first_texts(20).values() for t in texts]
-    every += ["Oxalá chova mañá en Vigo", "Bon dia a tothom", "Egun on guztioi", "Buenos días, tío"]
-    assert all(re.fullmatch("[a-z]{2}|und", d.code) for d in detect(every))
+def test_an_english_batch_has_no_language_drift(use_db, files, capsys):
+    lab, _, d = files
+    en = d / "U_en.csv"
+    with open(d / "U.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    write_csv(en, rows[0], rows[1:11])
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(en), "--out", str(d / "en.csv"),
+                 "--k", "5", *MODEL]) == 0
+    printed = capsys.readouterr().out
+    assert "a language the labelled set has none of" not in printed and "by language" not in printed
+    with use_db.connect() as conn:
+        drift = conn.execute(text("SELECT params->'drift' FROM calibration_runs ORDER BY id DESC LIMIT 1")).scalar()
+    assert "languages" not in drift
 
 
-def test_words_of_a_tweet():
-    assert words_of("RT @who: Masks &amp; #COVID19 facts https://t.co/abc www.who.int/x  now") == \
-        "RT : Masks & COVID19 facts now"
-    assert words_of("e-mail a@b.org #1") == "e-mail a@b.org 1"
+def test_review_export_carries_the_language_and_its_direction(use_db, files, tmp_path):
+    """After the mixed batch: Label Studio tasks and the CSV to fill in carry each claim's language;
+    Arabic is written right to left, and the labelling configuration lays each claim out in its
+    own direction."""
+    import json
+
+    from checkworthy.data.label_studio import LABEL_CONFIG
+
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(d / "OUT.csv"),
+                 "--k", "5", *MODEL]) == 0
+    out = tmp_path / "tasks.json"
+    assert main(["review", "export", "--format", "label-studio", "--out", str(out)]) == 0
+    tasks = [t["data"] for t in json.loads(out.read_text(encoding="utf-8"))]
+    arabic = [t for t in tasks if t["language"] == "ar"]
+    assert len(arabic) >= 6 and all(t["dir"] == "rtl" for t in arabic)
+    assert all(t["dir"] == "ltr" for t in tasks if t["language"] == "en")
+    assert "unicode-bidi: plaintext" in LABEL_CONFIG and 'value="$text"' in LABEL_CONFIG
+    csv_out = tmp_path / "todo.csv"
+    assert main(["review", "export", "--format", "csv", "--out", str(csv_out)]) == 0
+    with open(csv_out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["language"] for r in rows} >= {"ar"}
 
 
-def test_detected_language_record():
-    assert DetectedLanguage("en", 0.9).reason == ""
-    for bad in (("en", 1.2, ""), ("und", 0.0, ""), ("en", 0.5, "why")):
-        with pytest.raises(ValueError):
-            DetectedLanguage(*bad)
+def test_explain_prints_the_claims_language(use_db, files, capsys):
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(d / "OUT.csv"),
+                 "--k", "5", *MODEL]) == 0
+    with open(unl, newline="", encoding="utf-8") as fh:
+        last = list(csv.DictReader(fh))[-1]["id"]
+    capsys.readouterr()
+    assert main(["explain", last]) == 0
+    printed = capsys.readouterr().out
+    assert "  language:   ar (confidence " in printed and "py3langid 0.4.0" in printed
+
+
+def test_a_text_empty_after_normalisation_is_refused_before_anything_is_written(use_db, files, capsys):
+    """Zero-width spaces and a direction mark are no text: the row is refused in one line naming the
+    file, the line and the field, and nothing is stored."""
+    lab, unl, d = files
+    bad = d / "U_invisible.csv"
+    write_csv(bad, ["id", "text"], [("a", "The unemployment rate fell to 4 percent last year."),
+                                     ("b", "\u200b\u200b\u200f")])
+    before = table_counts(use_db)
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(bad), "--out", str(d / "bad.csv"),
+                 "--k", "5", *MODEL]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "3" in err[0] and "text" in err[0]
+    assert "empty after normalisation" in err[0]
+    assert table_counts(use_db) == before
+    assert not (d / "bad.csv").exists()
+
+
+def test_a_text_in_no_detectable_language_is_kept_as_und(use_db, files):
+    """A tweet of only a link, or only emoji, is real input: kept, calibrated, its language ``und``
+    (never drift for language: und names no language the labelled set could lack)."""
+    lab, _, d = files
+    odd = d / "U_und.csv"
+    write_csv(odd, ["id", "text"], [("a", "The unemployment rate fell to 4 percent last year."),
+                                    ("b", "https://t.co/x1y2z3"), ("c", "\U0001F600\U0001F600 !!!")])
+    out = d / "und.csv"
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(odd), "--out", str(out),
+                 "--k", "5", *MODEL]) == 0
+    with open(out, newline="", encoding="utf-8") as fh:
+        assert [r["language"] for r in csv.DictReader(fh)] == ["en", "und", "und"]
+
+
+def test_the_api_refuses_a_text_empty_after_normalisation():
+    from checkworthy.serve.app import ApiError, Limits, check_texts
+
+    assert check_texts([" Taxes rose. "], Limits(), "sentences") == ["Taxes rose."]
+    with pytest.raises(ApiError) as got:
+        check_texts(["Taxes rose.", "\ufeff\u200b"], Limits(), "sentences")
+    assert got.value.field == "sentences[1]" and "empty after normalisation" in str(got.value)
+
+
+def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():
+    """Pure: und and unknown languages never count; a calm figure's claims in a new language are far."""
+    import numpy as np
+
+    from checkworthy.method.drift import (
+        CALM,
+        NEW_LANGUAGE,
+        drift,
+        drift_status,
+        unlike_labelled,
+        with_languages,
+    )
+    from checkworthy.report.drift import drift_line
+
+    langs = ["en", "ar", "und", None, "ar", "tr"]
+    figure = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(6, 0.2)).as_dict(), langs, {"en"})
+    assert not figure["alert"] and figure["languages"] == {"ar": 2, "tr": 1}
+    status = drift_status(np.full(6, 0.2), figure, langs)
+    assert status.tolist() == [CALM, NEW_LANGUAGE, CALM, CALM, NEW_LANGUAGE, NEW_LANGUAGE]
+    assert drift_status(np.full(6, 0.2), figure).tolist() == [CALM] * 6  # no languages given
+    assert unlike_labelled(figure)  # 3 of 6 in new languages: more than the tolerated 15%
+    assert drift_line(figure) == ("drift: 2 claims in ar, 1 in tr, languages the labelled set has none of: "
+                                  "a person decides them; label some of them so that the labelled set "
+                                  "covers the language")
+    english = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(3, 0.2)).as_dict(), ["en"] * 3, {"en"})
+    assert "languages" not in english and drift_line(english) is None and not unlike_labelled(english)

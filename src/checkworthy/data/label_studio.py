@@ -21,13 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from checkworthy.data.label_files import REQUIRED
+from checkworthy.data.language import direction
 from checkworthy.data.user_csv import read_rows, require_filled
 from checkworthy.errors import DataError
 
-#: the labelling configuration the tasks are made for (paste it into the project's settings)
+#: the labelling configuration the tasks are made for (paste it into the project's settings); each
+#: paragraph of a claim is laid out in its own direction (CSS ``unicode-bidi: plaintext``), so a
+#: claim written right to left (Arabic, Hebrew, ...) reads from the right and aligns right
 LABEL_CONFIG = """<View>
+  <Style>.claim * { unicode-bidi: plaintext; text-align: start; }</Style>
   <Header value="Is this claim worth fact-checking?"/>
-  <Text name="text" value="$text"/>
+  <View className="claim">
+    <Text name="text" value="$text"/>
+  </View>
   <Choices name="checkworthy" toName="text" choice="single" showInline="true">
     <Choice value="Yes"/>
     <Choice value="No"/>
@@ -52,11 +58,14 @@ class Answer:
 
 
 def tasks(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Label Studio tasks for open queue entries (``review_open`` rows)."""
+    """Label Studio tasks for open queue entries (``review_open`` rows, with the claim's
+    ``language`` where known): the language and its writing direction (``dir``: ``rtl``, ``ltr``,
+    ``auto``) go with the claim."""
     return [{"data": {"text": e["text"], "source_id": e["source_id"], "dataset": e["dataset"],
                       "claim_id": int(e["claim_id"]), "target": e["target"], "run_id": int(e["run_id"]),
                       "theta": round(float(e["theta"]), 6), "priority": round(float(e["priority"]), 6),
-                      "reason": e["reason"]}} for e in entries]
+                      "reason": e["reason"], "language": e.get("language") or "",
+                      "dir": direction(e.get("language") or None)}} for e in entries]
 
 
 def _label(path: str | Path, row: int | None, field: str, value: Any) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from functools import cache
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["UND", "DetectedLanguage", "detect", "words_of"]
+__all__ = ["UND", "DetectedLanguage", "EMPTY_AFTER_NORMALISATION", "detect", "direction", "visible",
+           "words_of"]
 
 #: the code of a text in no detectable language (ISO 639-2 "undetermined")
 UND = "und"
@@ -36,6 +38,10 @@ _NO_CONTENT = "zxx"
 #: labels without one (e.g. ``ext``, Extremaduran) are left out of the identifier
 _MACROLANGUAGE = {"arz": "ar", "ary": "ar", "yue": "zh", "wuu": "zh", "uzs": "uz", "gug": "gn",
                   "sdh": "ku", "kik": "ki", "fuv": "ff"}
+
+#: the languages of py3langid's written right to left (Arabic, Persian, Urdu, Pashto, Sindhi,
+#: Uyghur, Hebrew, Yiddish, Divehi)
+RIGHT_TO_LEFT = frozenset({"ar", "fa", "ur", "ps", "sd", "ug", "he", "yi", "dv"})
 
 _URL = re.compile(r"(?:https?://|www\.)\S+", re.IGNORECASE)
 _MENTION = re.compile(r"(?<!\w)@\w+")
@@ -58,6 +64,28 @@ class DetectedLanguage:
         if (self.code == UND) != bool(self.reason):
             raise ValueError(f"a reason is given for und and only for und (code {self.code!r}, "
                              f"reason {self.reason!r})")
+
+
+#: why a text that :func:`visible` empties is refused (one line, after the file, line and field)
+EMPTY_AFTER_NORMALISATION = ("empty after normalisation: only white space and invisible characters "
+                             "(zero-width spaces, direction marks, control characters)")
+
+
+def visible(text: str) -> str:
+    """What a reader sees of ``text``: NFKC-normalised, control and format characters (zero-width
+    spaces and joiners, direction marks, the byte-order mark) dropped, white space collapsed. An
+    empty result means there is nothing to read: such a text is refused, never stored."""
+    kept = "".join(ch for ch in unicodedata.normalize("NFKC", text)
+                   if unicodedata.category(ch) not in ("Cc", "Cf") or ch.isspace())
+    return " ".join(kept.split())
+
+
+def direction(code: str | None) -> str:
+    """How a text in language ``code`` is written, as HTML's ``dir`` says it: ``rtl``, ``ltr``, or
+    ``auto`` (the browser decides from the text) for ``und`` or an unknown language."""
+    if code is None or code == UND:
+        return "auto"
+    return "rtl" if code in RIGHT_TO_LEFT else "ltr"
 
 
 def words_of(text: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from checkworthy.data.datasets import LoadReport, field_count_error, parse_delimited
+from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, visible
 from checkworthy.errors import DataError
 
 #: a plain decimal number in ASCII digits: not ``nan``, ``inf``, ``1_0`` or ``٠.٥``, all of
@@ -61,11 +62,14 @@ def require_filled(file: str, line: int, rec: dict[str, str], columns: Sequence[
 
 
 def id_and_text(file: str, line: int, rec: dict[str, str], seen: dict[str, int]) -> tuple[str, str]:
-    """A row's id (stripped, non-empty, unique within the file: ``seen`` records it) and text."""
+    """A row's id (stripped, non-empty, unique within the file: ``seen`` records it) and text (with
+    something to read: :func:`checkworthy.data.language.visible`)."""
     require_filled(file, line, rec, ("id",))
     cid = rec["id"].strip()
     if cid in seen:
         raise DataError(file, line, "id", f"duplicate id {cid!r} (first on line {seen[cid]})")
     seen[cid] = line
     require_filled(file, line, rec, ("text",))
+    if not visible(rec["text"]):
+        raise DataError(file, line, "text", EMPTY_AFTER_NORMALISATION)
     return cid, rec["text"]

@@ -22,13 +22,19 @@ debate against the 2012 debates lies 26% beyond, and the rule erred on 4.8% of t
 within the radius it decided. Without an alert nothing changes: claims like L's lie beyond the
 radius too (at most ``1 - q`` of them), and the decide-or-review rule chosen on L covers them.
 
+A claim in a language none of L's claims is in (:func:`new_languages`; its language as detected,
+``und`` never counting) is held back too, whatever its distance: L says nothing about claims in
+that language, and the English sentence encoder's distances say little across languages. The
+batch's figure then names those languages (``languages``), and when they are more than
+``tolerance`` of it its share of check-worthy claims is not estimated (:func:`unlike_labelled`).
+
 Limits: the claims of a batch are treated as independent given L (a batch of near-duplicates counts
 each); a batch that is only easier (closer to L) is never flagged. Pure: arrays in and out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -89,8 +95,9 @@ def drift(loo_nearest: ArrayLike, nearest: ArrayLike, quantile: float = QUANTILE
 
 
 #: a claim's drift status (:func:`drift_status`): drift does not hold it back; it lies within the
-#: radius of a batch of another kind; it lies beyond the radius of a batch that alerts
-CALM, DRIFTING, FAR = 0, 1, 2
+#: radius of a batch of another kind; it lies beyond the radius of a batch that alerts; it is in a
+#: language none of L's claims is in (whatever its distance)
+CALM, DRIFTING, FAR, NEW_LANGUAGE = 0, 1, 2, 3
 #: a batch that alerts with more than this share beyond the radius is of another kind: most of it
 #: is unlike L's claims (under a mixture of L-like claims, at most 1 - q of them beyond, and others)
 ANOTHER_KIND = 0.5
@@ -102,14 +109,59 @@ def another_kind(figure: Mapping[str, Any] | None) -> bool:
     return bool(figure and figure.get("alert") and figure["share"] > ANOTHER_KIND)
 
 
-def drift_status(nearest: ArrayLike, figure: Mapping[str, Any] | None) -> NDArray[np.int8]:
+def drift_status(nearest: ArrayLike, figure: Mapping[str, Any] | None,
+                 languages: Sequence[str | None] | None = None) -> NDArray[np.int8]:
     """Each claim's :data:`CALM`, :data:`DRIFTING` or :data:`FAR`, from its distance to its nearest
     labelled claim (``nearest``) and its batch's figure (:meth:`Drift.as_dict`, as stored): all
     calm when the figure does not alert (or there is none); beyond the radius far; within it
-    drifting in a batch of another kind (:func:`another_kind`), else calm."""
+    drifting in a batch of another kind (:func:`another_kind`), else calm. With ``languages`` (each
+    claim's, None where unknown), a claim in one of the figure's new languages is
+    :data:`NEW_LANGUAGE`."""
     d = np.asarray(nearest, dtype=float)
     if not figure or not figure.get("alert"):
-        return np.full(d.shape, CALM, dtype=np.int8)
-    radius = figure.get("radius")
-    far = np.zeros(d.shape, dtype=bool) if radius is None else d > float(radius)
-    return np.where(far, FAR, DRIFTING if another_kind(figure) else CALM).astype(np.int8)
+        status = np.full(d.shape, CALM, dtype=np.int8)
+    else:
+        radius = figure.get("radius")
+        far = np.zeros(d.shape, dtype=bool) if radius is None else d > float(radius)
+        status = np.where(far, FAR, DRIFTING if another_kind(figure) else CALM).astype(np.int8)
+    new = (figure or {}).get("languages") or {}
+    if new and languages is not None:
+        status[np.array([lang in new for lang in languages], dtype=bool)] = NEW_LANGUAGE
+    return status
+
+
+#: the code of a text in no detectable language (:data:`checkworthy.data.language.UND`): never a
+#: language L lacks, since it names none
+UNDETERMINED = "und"
+
+
+def new_languages(languages: Sequence[str | None], labelled: Collection[str]) -> dict[str, int]:
+    """How many of a batch's claims (``languages``: each one's, None where unknown) are in each
+    language that none of L's claims (``labelled``: L's languages) is in; ``und`` and unknown never
+    count. Sorted by count, then code."""
+    counts: dict[str, int] = {}
+    for lang in languages:
+        if lang is not None and lang != UNDETERMINED and lang not in labelled:
+            counts[lang] = counts.get(lang, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def with_languages(figure: dict[str, Any], languages: Sequence[str | None] | None,
+                   labelled: Collection[str] | None) -> dict[str, Any]:
+    """A batch's figure (:meth:`Drift.as_dict`) with ``languages``, the claims in each language L
+    has none of (:func:`new_languages`), when there are any: the figure of a batch in L's
+    languages (or without languages) is left as it was."""
+    if languages is None or labelled is None:
+        return figure
+    new = new_languages(languages, labelled)
+    return figure | {"languages": new} if new else figure
+
+
+def unlike_labelled(figure: Mapping[str, Any] | None) -> bool:
+    """Whether a batch is too unlike L for label shift (its share of check-worthy claims is then
+    not estimated): its figure alerts, or more than its tolerance of it is in languages L has none
+    of."""
+    if not figure:
+        return False
+    n_new = sum((figure.get("languages") or {}).values())
+    return bool(figure.get("alert")) or (figure["n"] > 0 and n_new / figure["n"] > figure["tolerance"])

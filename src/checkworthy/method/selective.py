@@ -60,7 +60,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import betainc
 
-from checkworthy.method.drift import CALM, DRIFTING, FAR
+from checkworthy.method.drift import CALM, DRIFTING, FAR, NEW_LANGUAGE
 
 RISKS = ("error", "miss")
 #: what each risk bounds, in words
@@ -71,6 +71,7 @@ DRIFT_WORDS = {
     FAR: "far from every labelled claim: beyond the labelled set's radius, in a batch that drifted",
     DRIFTING: "in a batch of another kind than the labelled set, most of it beyond its radius, though "
               "this claim lies within it",
+    NEW_LANGUAGE: "in a language none of the labelled claims is in",
 }
 #: margins tried, widest first: |theta - threshold| from 0.5 down to 0 in steps of 0.01
 GRID = tuple(round(0.5 - 0.01 * i, 2) for i in range(51))

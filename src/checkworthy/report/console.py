@@ -119,9 +119,12 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
         print(line)
     p = stored_share(outcome.prevalence)
     if p and p.not_estimable == "drift":
-        print(f"share check-worthy in this batch: not estimable: {outcome.drift['share']:.0%} of the batch "
-              "lies beyond the labelled set (drift), so its claims of each class need not look like the "
-              "labelled ones")
+        d = outcome.drift or {}
+        why = (f"{d['share']:.0%} of the batch lies beyond the labelled set (drift)" if d.get("alert") else
+               f"{sum(d['languages'].values())} of its {d['n']} claims are in languages the labelled set "
+               "has none of")
+        print(f"share check-worthy in this batch: not estimable: {why}, so its claims of each class need "
+              "not look like the labelled ones")
     elif p and p.not_estimable:
         print(f"share check-worthy in this batch: not estimable: {p.why}; naive (share called check-worthy) "
               f"{p.naive:.3f}; in the labelled file {p.labelled:.3f}")
@@ -148,6 +151,10 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
         print(f"interval coverage: class 0 {cov['coverage_0']:.3f}, class 1 "
               f"{cov['coverage_1']:.3f}, overall {cov['coverage_all']:.3f}; true share check-worthy "
               f"{cov['share_positive']:.3f}")
+    if outcome.by_language:
+        print("nnppi by language: " + "; ".join(
+            f"{lang} ({int(m['n'])} claims) F1 c1 {m['f1_1']:.3f}, weighted F1 {m['weighted_f1']:.3f}, "
+            f"accuracy {m['accuracy']:.3f}" for lang, m in outcome.by_language.items()))
 
 
 def review_line(outcome: CalibrateOutcome) -> str:
@@ -161,6 +168,11 @@ def review_line(outcome: CalibrateOutcome) -> str:
     promise = f"share of {rule.promise()}"
     head = f"review: {outcome.n_review} of {outcome.n_rows} claims to a person"
     within = d.get("n", 0) - d.get("n_beyond", 0)
+    if not d.get("alert") and d.get("languages"):
+        n_new = sum(d["languages"].values())
+        return (f"{head} ({outcome.n_drift} for drift, in languages the labelled file has none of; the rest "
+                f"by {margin}); {promise}: promised only for the {d['n'] - n_new} claims in the labelled "
+                "file's languages")
     if not d.get("alert"):
         return f"{head} ({margin}; {promise})"
     if another_kind(d):

@@ -20,17 +20,34 @@ DRIFT_ADVICE = ("label some of those beyond it (`checkworthy review export`) so 
                 "covers claims like them")
 
 
-def drift_line(figure: Mapping[str, Any] | None, subject: str = "this batch") -> str | None:
-    """One line for a drift figure that alerts (None otherwise): what share of ``subject`` lies
-    beyond the labelled set's radius, against what is expected, what was done (:func:`checkworthy.
-    method.drift.drift_status`) and what to do."""
-    if not figure or not figure.get("alert"):
+def language_part(figure: Mapping[str, Any] | None) -> str | None:
+    """What a drift figure says of languages (None when its claims are all in L's): how many claims
+    are in each language the labelled set has none of, and that a person decides them."""
+    new = (figure or {}).get("languages")
+    if not new:
         return None
+    counts = [f"{n} claim{'s' if n != 1 else ''} in {lang}" if i == 0 else f"{n} in {lang}"
+              for i, (lang, n) in enumerate(new.items())]
+    what = "a language" if len(new) == 1 else "languages"
+    whom = "them" if sum(new.values()) != 1 else "it"
+    return (f"{', '.join(counts)}, {what} the labelled set has none of: a person decides {whom}; label "
+            "some of them so that the labelled set covers the language")
+
+
+def drift_line(figure: Mapping[str, Any] | None, subject: str = "this batch") -> str | None:
+    """One line for a drift figure that alerts or names languages L has none of (None otherwise):
+    what share of ``subject`` lies beyond the labelled set's radius, against what is expected,
+    what was done (:func:`checkworthy.method.drift.drift_status`) and what to do; and how many of
+    its claims are in languages the labelled set has none of (:func:`language_part`)."""
+    languages = language_part(figure)
+    if not figure or not figure.get("alert"):
+        return None if languages is None else f"drift: {languages}"
     done = ("most of it is of another kind, so none of its claims is decided automatically"
             if another_kind(figure) else "those claims go to a person, never decided automatically")
-    return (f"drift: {figure['share']:.0%} of {subject} ({figure['n_beyond']} of {figure['n']} claims) lies "
+    line = (f"drift: {figure['share']:.0%} of {subject} ({figure['n_beyond']} of {figure['n']} claims) lies "
             f"beyond the labelled set's radius (expected <= {figure['expected']:.0%}, tolerated "
             f"{figure['tolerance']:.0%}, p = {figure['p_value']:.2g}): {done}; {DRIFT_ADVICE}")
+    return line if languages is None else f"{line}; and {languages}"
 
 
 def drift_section(doc: Document, groups: Sequence[Group], figures: dict) -> None:

@@ -5,6 +5,9 @@ Behind ``checkworthy explain``; the decisions come from :func:`checkworthy.store
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from checkworthy.method.selective import ReviewRule
 from checkworthy.store.audit import Decision
 
@@ -18,6 +21,13 @@ def _short(value: str, width: int = 70) -> str:
     return value if len(value) <= width else value[: width - 1] + "…"
 
 
+def language_line(lang: Mapping[str, Any]) -> str:
+    """The claim's stored language: its code and the detector's confidence, or ``und`` and why."""
+    said = (f"{lang['reason']}" if lang["language"] == "und"
+            else f"confidence {lang['confidence']:.2f}")
+    return f"  language:   {lang['language']} ({said}; {lang['detector']})"
+
+
 def format_decision(d: Decision) -> str:
     """A human-readable lineage: text -> score -> label set -> neighbours -> theta -> run."""
     r = d.row
@@ -26,6 +36,7 @@ def format_decision(d: Decision) -> str:
         f"claim {r['dataset']}/{r['source_id']} (claim id {r['claim_id']}) in run {r['run_id']} "
         f"[{r['run_status']}]",
         f"  text:       {_short(r['text'], 100)}",
+        *([language_line(d.language)] if d.language else []),
         f"  score:      {_f(r['score'])} = {r['score_kind']} of {r['model']}, prompt {r['prompt_version']}, "
         f"params {dict(r['score_params'] or {})} (prediction {r['prediction_id']}, "
         f"raw {_short(r['raw_output'] or '', 40)!r})",

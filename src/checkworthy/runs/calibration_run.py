@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
-from checkworthy.method.drift import CALM, drift, drift_status
+from checkworthy.method.drift import CALM, drift, drift_status, unlike_labelled, with_languages
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
@@ -54,11 +54,14 @@ from checkworthy.store.knn import (
     load_pool,
     nearest_labelled,
 )
+from checkworthy.store.languages import claim_languages, ensure_languages, label_set_languages
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
     ScoreKey,
     claim_scores,
+    claim_text_hashes,
     current_labels,
+    label_set_claims,
     label_set_fingerprint,
     max_claims_per_text,
 )
@@ -97,13 +100,15 @@ def compute(conn: Connection, spec: RunSpec) -> tuple[np.ndarray, nnppi.NNPPIRes
     }
     if pool is None:
         res = nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold)
-        figures = rule_and_drift(conn, spec, res.theta, nb.distances[:, 0], nb.neighbour_ids)
+        figures = rule_and_drift(conn, spec, res.theta, nb.distances[:, 0], nb.neighbour_ids,
+                                 nb.claim_ids.tolist())
         return nb.claim_ids, res, nb, counts | raw_score_prevalence(conn, spec, c, figures["drift"]) | figures
     emb = None
     if spec.correction == "auto" or uses_head(spec.correction):
         emb = (claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model),
                claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model))
-    res, used, fitted = compute_methods(spec, pool, nb, c, emb)
+    langs = batch_languages(conn, spec.label_set_id, nb.claim_ids.tolist())
+    res, used, fitted = compute_methods(spec, pool, nb, c, emb, langs)
     return used.claim_ids, res, used, counts | fitted
 
 
@@ -143,7 +148,8 @@ def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure:
     pool = load_pool(conn, spec.label_set_id, spec.key, spec.embed_model)
     t = spec.threshold
     p = share_positive(pool.labels, nnppi.decide(pool.scores, t), nnppi.decide(c, t), spec.alpha)
-    return {"prevalence": (under_drift(p) if figure["alert"] else p).as_dict() | {"from": "raw score"}}
+    p = under_drift(p) if unlike_labelled(figure) else p
+    return {"prevalence": p.as_dict() | {"from": "raw score"}}
 
 
 @dataclass(frozen=True)
@@ -174,23 +180,45 @@ def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Ba
     return {"review": rule.as_dict() | {"automated_share": share}}
 
 
-def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Languages:
+    """A batch's languages as drift reads them: each claim's (None where none is stored) and the
+    languages of L's claims."""
+
+    claims: list[str | None]
+    labelled: frozenset[str]
+
+
+def batch_languages(conn: Connection, label_set_id: int, claim_ids: list[int]) -> Languages:
+    """The stored languages of ``claim_ids`` (in that order) and of the label set's claims."""
+    got = claim_languages(conn, claim_ids)
+    return Languages([got.get(int(i)) for i in claim_ids], frozenset(label_set_languages(conn, label_set_id)))
+
+
+def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray, langs: Languages | None = None,
+                 ) -> dict[str, Any]:
     """The run's drift figure (:mod:`checkworthy.method.drift`) as stored in ``params->'drift'``:
-    its claims' nearest labelled distances against L's leave-one-out ones."""
-    return {"drift": drift(loo_nearest, nearest).as_dict()}
+    its claims' nearest labelled distances against L's leave-one-out ones, and the languages of
+    its claims that L has none of (``langs``; :func:`checkworthy.method.drift.with_languages`)."""
+    figure = drift(loo_nearest, nearest).as_dict()
+    if langs is not None:
+        figure = with_languages(figure, langs.claims, langs.labelled)
+    return {"drift": figure}
 
 
 def rule_and_drift(conn: Connection, spec: RunSpec, theta: np.ndarray, nearest: np.ndarray,
-                   neighbour_ids: np.ndarray) -> dict[str, Any]:
+                   neighbour_ids: np.ndarray, claim_ids: list[int]) -> dict[str, Any]:
     """:func:`drift_params` and :func:`review_params` (the claims drift holds back to a person) for
     the paper's path, which builds no leave-one-out lists for its own figures: L's from the same
-    SQL kNN, NN-PPI at the run's k; ``neighbour_ids``: the claims' (n, k) nearest labelled ids."""
+    SQL kNN, NN-PPI at the run's k; ``neighbour_ids``: the (n, k) nearest labelled ids of the
+    claims ``claim_ids``."""
     pool = labelled_pool(conn, spec.label_set_id, spec.key, spec.k, spec.embed_model, spec.knn_path)
     nb = Neighbourhood.loo(pool.cal, min(spec.k, pool.cal.max_k))
-    figure = drift_params(pool.cal.dist[:, 0], nearest)
+    langs = batch_languages(conn, spec.label_set_id, claim_ids)
+    figure = drift_params(pool.cal.dist[:, 0], nearest, langs)
     theta_l = CORRECTIONS[DEFAULT_CORRECTION](nb)
     batch = Batch(theta, pool.positions(np.asarray(neighbour_ids)[:, :spec.k]),
-                  drift_status(nearest, figure["drift"]))
+                  drift_status(nearest, figure["drift"], langs.claims))
     return figure | review_params(spec, theta_l, pool.cal.y, batch, spec.threshold)
 
 
@@ -294,12 +322,13 @@ def apply_run(spec: RunSpec, pool: LabelledPool, fc: FittedCorrection, nq: Neigh
 
 def compute_methods(
     spec: RunSpec, pool: LabelledPool, nq: Neighbours, c: np.ndarray,
-    emb: tuple[np.ndarray, np.ndarray] | None = None,
+    emb: tuple[np.ndarray, np.ndarray] | None = None, langs: Languages | None = None,
 ) -> tuple[nnppi.NNPPIResult, Neighbours, dict[str, Any]]:
     """Any interval x correction on the arrays (pure); the neighbours used, and what was fitted.
 
     ``nq`` holds the targets' neighbour lists (as long as L's, nearest first), ``c`` their
-    scores, ``emb`` (L's, the targets' embeddings) only for the head. A predictor run
+    scores, ``emb`` (L's, the targets' embeddings) only for the head, ``langs`` the targets' and
+    L's languages (none: drift reads no language). A predictor run
     (:data:`PREDICTOR_RUNS`) first replaces the scores; the correction is fitted on L only
     (:func:`fit_run`); the interval is centred on it (:func:`apply_run`). KNN and the
     raw-score baseline use the same neighbours as the correction and the model's own score.
@@ -307,13 +336,13 @@ def compute_methods(
     and the batch's share of check-worthy claims is not estimated (nor decided for).
     """
     fc, fitted = fit_run(spec, pool, None if emb is None else emb[0])
-    figure = drift_params(pool.cal.dist[:, 0], nq.distances[:, 0])
+    figure = drift_params(pool.cal.dist[:, 0], nq.distances[:, 0], langs)
     theta_in = fc.scores(c, None if emb is None else emb[1])
     cal = fc.cal
     # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
     prevalence = share_positive(cal.y, nnppi.decide(cal.c, spec.threshold),
                                 nnppi.decide(theta_in, spec.threshold), spec.alpha)
-    if figure["drift"]["alert"]:
+    if unlike_labelled(figure["drift"]):
         prevalence = under_drift(prevalence)
     fitted["prevalence"] = prevalence.as_dict()
     threshold = fc.choice.threshold
@@ -327,7 +356,7 @@ def compute_methods(
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     k = fc.choice.k
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
-                  drift_status(nq.distances[:, 0], figure["drift"]))
+                  drift_status(nq.distances[:, 0], figure["drift"], None if langs is None else langs.claims))
     fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, batch, threshold)
     return res, used, fitted | figure | {"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])}
 
@@ -352,6 +381,7 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
                 return existing
             params = ctx.extra | {"n_claims": len(spec.claim_ids)}
             with engine.begin() as conn:
+                ensure_run_languages(conn, spec)
                 run_id = insert_run(conn, spec, key, fingerprint, params, ctx)
             try:
                 with engine.begin() as conn:
@@ -365,6 +395,13 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
             unlock_run_key(lock, key)
 
 
+def ensure_run_languages(conn: Connection, spec: RunSpec) -> int:
+    """Store the language of every text of the run's claims and of its label set that has none
+    yet (texts stored before languages were, or by a path that stores none): drift reads them."""
+    claims = list(spec.claim_ids) + label_set_claims(conn, spec.label_set_id)
+    return ensure_languages(conn, claim_text_hashes(conn, claims))
+
+
 def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
     ids, res, nb, counts = compute(conn, spec)
     insert_results(conn, run_id, ids, res, nb.neighbour_ids, nb.distances)
@@ -373,6 +410,7 @@ def _compute_and_store(conn: Connection, spec: RunSpec, run_id: int) -> None:
         y = np.array([gold[int(i)] for i in ids])
         store_metrics(conn, run_id, metric_rows(y, res))
     if "review" in counts:
-        status = drift_status(nb.distances[:, 0], counts["drift"])
+        langs = claim_languages(conn, [int(i) for i in ids])
+        status = drift_status(nb.distances[:, 0], counts["drift"], [langs.get(int(i)) for i in ids])
         queue_run(conn, run_id, counts["review"], ids, res.theta, status)
     complete_run(conn, run_id, counts)

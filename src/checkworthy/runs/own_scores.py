@@ -30,11 +30,13 @@ from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
+from checkworthy.store.languages import claim_languages, ensure_languages
 from checkworthy.store.lineages import adopt_label_set, register_target
 from checkworthy.store.review_queue import entries_of_run
 from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 
-OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review"]
+OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review",
+               "language"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ class CalibrateOutcome:
     n_drift: int | None = None
     #: the batch's drift figure (:mod:`checkworthy.method.drift`)
     drift: dict[str, Any] | None = None
+    #: NN-PPI's metrics on U's claims of each language, when U has labels in more than one
+    by_language: dict[str, dict[str, float]] | None = None
 
 
 def calibrate_files(engine: Engine, labelled: Path, unlabelled: Path, out: Path, methods: RunMethods,
@@ -208,7 +212,9 @@ def store_files(
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
             f"file:{unlabelled}")
-        ensure_embeddings(conn, [store.sha256_text(r.text) for r in lab + unl])
+        hashes = [store.sha256_text(r.text) for r in lab + unl]
+        ensure_embeddings(conn, hashes)
+        ensure_languages(conn, hashes)
         target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
         register_target(conn, target, lineage or labelled_lineage(labelled), u_ids, held_out=False)
     return StoredFiles(lab, unl, params, u_ids, ls, target)
@@ -230,15 +236,17 @@ def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, me
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbour_ids"]])
         run_params = load_run(conn, run_id)["params"]
         entries = entries_of_run(conn, run_id)
+        stored_langs = claim_languages(conn, u_ids)
+    langs = [stored_langs.get(i, "") for i in u_ids]
     queued = {e["claim_id"] for e in entries}
     rule = run_params.get("review") or {}
     flags = {cid: int(cid in queued) for cid in results} if rule else {}
     try:
-        _write_out(out, unl, u_ids, results, names, flags)
+        _write_out(out, unl, u_ids, results, names, flags, langs)
     except OutputUnwritable as exc:
         raise OutputUnwritable(out, exc.cause, f"run {run_id} is stored: the same command again writes "
                                "it without recomputing") from exc.cause
-    got = None
+    got, by_language = None, None
     if all(r.label is not None for r in unl) and all(i in results for i in u_ids):
         y = np.array([r.label for r in unl])
         res = [results[i] for i in u_ids]
@@ -252,25 +260,37 @@ def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, me
         got["baseline"]["roc_auc"] = metrics.roc_auc(y, [r["score"] for r in res])
         got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
         got["nnppi"]["share_positive"] = float(y.mean())
+        by_language = metrics_by_language(y, [int(r["decision"]) for r in res], langs)
     return CalibrateOutcome(run_id, len(unl), got, in_labelled, run_params.get("prevalence"),
                             run_params.get("prior"), run_params.get("auto_choice"), rule or None,
                             sum(flags.values()) if flags else None,
                             sum(e["cause"] == "drift" for e in entries) if flags else None,
-                            run_params.get("drift"))
+                            run_params.get("drift"), by_language)
+
+
+def metrics_by_language(y: np.ndarray, decisions: list[int], langs: list[str]
+                        ) -> dict[str, dict[str, float]] | None:
+    """NN-PPI's decisions scored on each language's claims (``langs``: each claim's, in the order
+    of ``y``), with each language's claim count; None when U is in one language only."""
+    if len(set(langs)) < 2:
+        return None
+    pred, codes = np.asarray(decisions), np.asarray(langs)
+    return {lang: metrics.classification_report(y[codes == lang], pred[codes == lang])
+            | {"n": float(np.sum(codes == lang))} for lang in sorted(set(langs))}
 
 
 def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str],
-               review: dict[int, int]) -> None:
-    """One output row per input row of U, in input order (duplicates of a text included); a
-    claim without a usable score has empty fields."""
+               review: dict[int, int], langs: list[str]) -> None:
+    """One output row per input row of U, in input order (duplicates of a text included), with
+    its language (``langs``, in the same order); a claim without a usable score has empty fields."""
     with atomic_text(out) as fh:
         w = csv.writer(fh)
         w.writerow(OUT_COLUMNS)
-        for row, cid in zip(rows, ids):
+        for row, cid, lang in zip(rows, ids, langs):
             r = results.get(cid)
             if r is None:  # its score failed to parse: no decision, said by the empty fields
-                w.writerow([row.id, "", "", "", "", "", "", "", 1])  # no score: a person decides
+                w.writerow([row.id, "", "", "", "", "", "", "", 1, lang])  # no score: a person decides
                 continue
             w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
                         f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
-                        ";".join(names[n] for n in r["neighbour_ids"]), review.get(cid, "")])
+                        ";".join(names[n] for n in r["neighbour_ids"]), review.get(cid, ""), lang])

@@ -64,6 +64,7 @@ from checkworthy.method.drift import drift_status
 from checkworthy.method.metrics import metric_rows
 from checkworthy.runs.calibration_run import (
     STARTING,
+    ensure_run_languages,
     is_paper_default,
     knn_record,
     raw_score_prevalence,
@@ -92,6 +93,7 @@ from checkworthy.store.calibration_runs import (
     unlock_run_key,
 )
 from checkworthy.store.knn import nearest_labelled
+from checkworthy.store.languages import claim_languages
 from checkworthy.store.lineages import target_claim_ids
 from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
@@ -454,12 +456,13 @@ def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, row
         theta = np.array([r.theta for r in stored])
         counts["knn"] = incremental_knn_record(conn, spec, run_id, [r.claim_id for r in stored])
         nearest = np.array([r.nearest for r in stored])
-        figures = rule_and_drift(conn, spec, theta, nearest,
-                                 stored_neighbour_ids(conn, run_id, [r.claim_id for r in stored]))
+        ids = [r.claim_id for r in stored]
+        figures = rule_and_drift(conn, spec, theta, nearest, stored_neighbour_ids(conn, run_id, ids), ids)
         scores = np.array([r.score for r in stored])
         counts |= raw_score_prevalence(conn, spec, scores, figures["drift"]) | figures
-        queue_run(conn, run_id, counts["review"], [r.claim_id for r in stored], theta,
-                  drift_status(nearest, figures["drift"]))
+        langs = claim_languages(conn, ids)
+        queue_run(conn, run_id, counts["review"], ids, theta,
+                  drift_status(nearest, figures["drift"], [langs.get(i) for i in ids]))
     complete_run(conn, run_id, counts)
 
 
@@ -530,6 +533,7 @@ def recalibrate(
                 return recalibrate(engine, spec, ctx, force_full=True)
             params = ctx.extra | {"n_claims": len(spec.claim_ids)}
             with engine.begin() as conn:
+                ensure_run_languages(conn, spec)
                 run_id = insert_run(conn, spec, key, fingerprint, params, ctx, parent, "incremental")
             try:
                 # the plan reads on one connection while a second fetches exact distances and the

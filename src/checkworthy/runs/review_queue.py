@@ -25,9 +25,10 @@ from checkworthy.method.drift import CALM
 from checkworthy.method.selective import ReviewRule, review_priority
 from checkworthy.store import review_queue as queue
 from checkworthy.store.embeddings import claim_embeddings
+from checkworthy.store.languages import claim_languages
 
 #: the CSV export's columns: a label file's (fill ``label``) and what the reviewer should know
-CSV_COLUMNS = (*REQUIRED, "text", "theta", "priority", "reason", "run_id", "target")
+CSV_COLUMNS = (*REQUIRED, "text", "theta", "priority", "reason", "run_id", "target", "language")
 
 
 def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any], claim_ids: Sequence[int],
@@ -48,6 +49,14 @@ def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any], claim_id
 
 def export_rows(conn: Connection, limit: int | None, target: str | None, order: str = "uncertain",
                 seed: int = 0) -> list[Mapping[str, Any]]:
+    """:func:`entries_to_export`, each with its claim's stored ``language`` (None where none is)."""
+    rows = entries_to_export(conn, limit, target, order, seed)
+    langs = claim_languages(conn, [int(r["claim_id"]) for r in rows])
+    return [dict(r) | {"language": langs.get(int(r["claim_id"]))} for r in rows]
+
+
+def entries_to_export(conn: Connection, limit: int | None, target: str | None, order: str = "uncertain",
+                      seed: int = 0) -> list[Mapping[str, Any]]:
     """What to label next. ``uncertain``: the top of the open queue, the decisions a person must
     take, most uncertain first. ``random``: a uniform, seeded sample of the unlabelled claims the
     calibrations decide; labels exchangeable with the stream, the ones that let the calibration
@@ -90,7 +99,8 @@ def write_export(rows: Sequence[Mapping[str, Any]], out: Path, fmt: str) -> None
             for r in rows:
                 w.writerow({"id": r["source_id"], "dataset": r["dataset"], "label": "", "text": r["text"],
                             "theta": f"{r['theta']:.6f}", "priority": f"{r['priority']:.6f}",
-                            "reason": r["reason"], "run_id": r["run_id"], "target": r["target"]})
+                            "reason": r["reason"], "run_id": r["run_id"], "target": r["target"],
+                            "language": r.get("language") or ""})
 
 
 def answers_as_label_file(path: Path, out: Path) -> list[label_studio.Answer]:

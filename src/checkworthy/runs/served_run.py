@@ -43,12 +43,13 @@ from sqlalchemy.exc import DBAPIError
 from checkworthy.config import WINDOW_SECONDS, model_name
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
-from checkworthy.method.drift import FAR, drift, drift_status
+from checkworthy.method.drift import FAR, NEW_LANGUAGE, drift, drift_status, with_languages
 from checkworthy.method.predictor_choice import FittedCorrection, uses_head
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import (
     LabelledPool,
     apply_run,
+    ensure_run_languages,
     fit_run,
     is_paper_default,
     labelled_pool,
@@ -70,6 +71,7 @@ from checkworthy.store.calibration_runs import (
 )
 from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
 from checkworthy.store.knn import Neighbours, nearest_labelled
+from checkworthy.store.languages import claim_languages, ensure_languages, label_set_languages
 from checkworthy.store.run_spec import RunContext, run_key
 from checkworthy.store.served_runs import (
     complete_window,
@@ -129,8 +131,11 @@ class SentenceResult:
     review: bool = True
     reason: str | None = None
     neighbours: list[Neighbour] = field(default_factory=list)
-    #: beyond L's radius in a batch that drifted: a person decides, whatever theta says
+    #: beyond L's radius in a batch that drifted, or in a language L has none of: a person
+    #: decides, whatever theta says
     far: bool = False
+    #: its language (ISO 639-1, or ``und``: none detectable; :mod:`checkworthy.data.language`)
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,10 @@ class ServedRun:
             self.rule = ReviewRule.from_dict(params["review"]) if params.get("review") else None
             self.threshold = (params.get("prior") or {}).get("threshold_on_theta", self.run["threshold"])
             self.pool, self.fitted = self._fit(conn, params)
+        with engine.begin() as conn:
+            ensure_run_languages(conn, self.spec)
+            #: the languages of L's claims: a submitted claim in another is held back for a person
+            self.languages = frozenset(label_set_languages(conn, self.run["label_set_id"]))
         self.code_rev = git_rev()
 
     def _check_scorer(self) -> None:
@@ -247,6 +256,7 @@ class ServedRun:
         with self.engine.begin() as conn:
             hashes = store.claim_text_hashes(conn, claim_ids)
             ensure_embeddings(conn, hashes)
+            ensure_languages(conn, hashes)
         with self._score_lock:
             score_missing(self.engine, self.scorer, hashes, self.prompt)
         with self.engine.connect() as conn:
@@ -258,6 +268,7 @@ class ServedRun:
         with self.engine.begin() as conn:
             store.store_texts(conn, list(dict.fromkeys(texts)))
             ensure_embeddings(conn, hashes)
+            ensure_languages(conn, hashes)
         with self._score_lock:  # one model, one batch at a time (the model is not thread-safe)
             score_missing(self.engine, self.scorer, hashes, self.prompt)
         uid = uuid.uuid4()
@@ -266,12 +277,15 @@ class ServedRun:
             ids = store.upsert_claims(conn, claims)
             lineages.register_target(conn, f"{self.dataset}{lineages.INCOMING}", self.lineage, ids)
             got = self.calibrate(conn, ids)
+            langs = claim_languages(conn, ids)
             run_id, figure, row, flags, reasons, names = None, None, {}, None, None, {}
             if got is not None:
                 res, nb = got
                 row = {int(c): i for i, c in enumerate(nb.claim_ids)}
-                figure = drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict()
-                status = drift_status(nb.distances[:, 0], figure)
+                claim_langs = [langs.get(int(c)) for c in nb.claim_ids]
+                figure = with_languages(drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict(),
+                                        claim_langs, self.languages)
+                status = drift_status(nb.distances[:, 0], figure, claim_langs)
                 if self.rule is not None:
                     flags = self.rule.review(res.theta, status) == 1
                     reasons = self.rule.reasons(res.theta, status)
@@ -284,7 +298,7 @@ class ServedRun:
         for i, (t, cid, c) in enumerate(zip(texts, ids, claims)):
             j = row.get(cid)  # its row in res and nb (None: no usable score, so no row)
             if j is None:
-                results.append(SentenceResult(i, t, cid, c.source_id,
+                results.append(SentenceResult(i, t, cid, c.source_id, language=langs.get(cid),
                                               reason="no usable score from the model: a person decides"))
                 continue
             results.append(SentenceResult(
@@ -294,7 +308,7 @@ class ServedRun:
                 reason=reasons[j] if reasons is not None else None,
                 neighbours=[Neighbour(int(n), names[int(n)], float(d))
                             for n, d in zip(nb.neighbour_ids[j], nb.distances[j])],
-                far=bool(status[j] == FAR)))
+                far=bool(status[j] in (FAR, NEW_LANGUAGE)), language=langs.get(cid)))
         return Submission(uid, run_id, results, figure)
 
     def _append(self, conn: Connection, got: tuple[nnppi.NNPPIResult, Neighbours], status: np.ndarray,

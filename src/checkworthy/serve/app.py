@@ -28,6 +28,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, visible
 from checkworthy.data.sentences import split_sentences
 from checkworthy.flows.events import emit_drift
 from checkworthy.report.drift import drift_line
@@ -194,6 +195,8 @@ def check_texts(texts: list[str], limits: Limits, field: str) -> list[str]:
         s = t.strip()
         if not s:
             raise ApiError(422, "empty", "empty text", where)
+        if not visible(s):
+            raise ApiError(422, "empty", EMPTY_AFTER_NORMALISATION, where)
         if len(s) > limits.max_chars:
             raise ApiError(422, "too_long", f"{len(s)} characters; at most {limits.max_chars}", where)
         problem = text_problem(s)
@@ -207,7 +210,8 @@ def sentence_out(r: Any) -> SentenceOut:
     score = None if r.theta is None else min(1.0, max(0.0, r.theta))
     return SentenceOut(text=r.text, index=r.position, score=score, model_score=r.score, theta=r.theta,
                        ci_low=r.ci_low, ci_high=r.ci_high, decision=r.decision, review=r.review,
-                       reason=r.reason, far=r.far, claim_id=r.claim_id, source_id=r.source_id,
+                       reason=r.reason, far=r.far, language=r.language, claim_id=r.claim_id,
+                       source_id=r.source_id,
                        neighbours=[{"claim_id": n.claim_id, "source_id": n.source_id, "distance": n.distance}
                                    for n in r.neighbours])
 

@@ -45,8 +45,11 @@ class SentenceOut(BaseModel):
     review: bool = Field(description="true: a person should decide (the run's decide-or-review rule, or "
                                      "drift: see far)")
     reason: str | None
-    far: bool = Field(description="true: beyond the labelled set's radius in a batch that drifted from it "
-                                  "(a person decides it, whatever theta says)")
+    far: bool = Field(description="true: beyond the labelled set's radius in a batch that drifted from it, "
+                                  "or in a language none of the labelled claims is in (a person decides "
+                                  "it, whatever theta says)")
+    language: str | None = Field(description="the text's language: ISO 639-1 code, or 'und' where none is "
+                                             "detectable (docs/data.md, \"Languages\")")
     claim_id: int
     source_id: str = Field(description="the stored claim's id, for `checkworthy explain` and /claims/{id}")
     neighbours: list[NeighbourOut]
@@ -60,7 +63,8 @@ class ScoreOut(BaseModel):
                                                    "prompt, label set and code versions")
     drift: dict[str, Any] | None
     drift_notice: str | None = Field(description="when the batch drifted from the labelled set: the share "
-                                                 "beyond its radius, what was done and what to do, in a line")
+                                                 "beyond its radius, or its claims in languages the labelled "
+                                                 "set has none of, what was done and what to do, in a line")
     results: list[SentenceOut]
 
 

@@ -45,6 +45,8 @@ class Decision:
     queued: RowMapping | None = None
     #: people's answers for the claim (label, label update, when), oldest first
     answers: list[RowMapping] = field(default_factory=list)
+    #: the claim's stored language (language, confidence, reason, detector), None when none is stored
+    language: Mapping[str, Any] | None = None
 
 
 def find_claims(conn: Connection, claim: str, dataset: str | None = None) -> list[int]:
@@ -92,7 +94,12 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
                                "WHERE claim_id = ANY(:c) ORDER BY id"),
                           {"c": list(map(int, claim_ids))}).mappings():
         answers.setdefault(a["claim_id"], []).append(a)
+    languages = {r["claim_id"]: dict(r) for r in conn.execute(
+        text("SELECT c.id AS claim_id, l.language, l.confidence, l.reason, l.detector FROM claims c "
+             "JOIN text_languages l ON l.text_hash = c.text_hash WHERE c.id = ANY(:c)"),
+        {"c": list(map(int, claim_ids))}).mappings()}
     for d in out:
+        d.language = languages.get(d.row["claim_id"])
         d.review = rules.get(d.row["run_id"])
         d.queued = queued.get((d.row["run_id"], d.row["claim_id"]))
         d.answers = answers.get(d.row["claim_id"], [])
