@@ -285,7 +285,8 @@ def test_a_store_lost_mid_run_is_one_line_and_the_same_command_resumes(cluster, 
     argv = [sys.executable, "-m", "checkworthy.cli.main", "calibrate", "--labeled", lab, "--unlabeled", unl,
             "--k", "5", "--out", str(out)]
     env = os.environ | {"DATABASE_URL": cluster.url_crash}
-    holder = engine.connect()
+    owner = create_engine(cluster.owner_crash)  # LOCK TABLE needs more than the pipeline's INSERT
+    holder = owner.connect()
     holder.execute(text("LOCK TABLE calibrated_results IN EXCLUSIVE MODE"))
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -299,6 +300,7 @@ def test_a_store_lost_mid_run_is_one_line_and_the_same_command_resumes(cluster, 
             child.kill()
         holder.invalidate()
         holder.close()
+        owner.dispose()
         engine.dispose()
         cluster.restart()
     assert child.returncode == 1, err

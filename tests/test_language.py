@@ -94,19 +94,21 @@ def test_review_export_carries_the_language_and_its_direction(use_db, files, tmp
     import json
 
     from checkworthy.data.label_studio import LABEL_CONFIG
+    from checkworthy.runs.own_scores import upload_dataset
 
     lab, unl, d = files
     assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(d / "OUT.csv"),
                  "--k", "5", *MODEL]) == 0
     out = tmp_path / "tasks.json"
-    assert main(["review", "export", "--format", "label-studio", "--out", str(out)]) == 0
+    target = ["--target", f"{upload_dataset(unl)}:unlabeled"]  # this batch's entries, not the session's
+    assert main(["review", "export", "--format", "label-studio", "--out", str(out), *target]) == 0
     tasks = [t["data"] for t in json.loads(out.read_text(encoding="utf-8"))]
     arabic = [t for t in tasks if t["language"] == "ar"]
     assert len(arabic) >= 6 and all(t["dir"] == "rtl" for t in arabic)
     assert all(t["dir"] == "ltr" for t in tasks if t["language"] == "en")
     assert "unicode-bidi: plaintext" in LABEL_CONFIG and 'value="$text"' in LABEL_CONFIG
     csv_out = tmp_path / "todo.csv"
-    assert main(["review", "export", "--format", "csv", "--out", str(csv_out)]) == 0
+    assert main(["review", "export", "--format", "csv", "--out", str(csv_out), *target]) == 0
     with open(csv_out, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["language"] for r in rows} >= {"ar"}
