@@ -31,7 +31,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.languages import claim_languages, ensure_languages
-from checkworthy.store.lineages import adopt_label_set, register_target
+from checkworthy.store.lineages import ensure_head, register_target
 from checkworthy.store.review_queue import entries_of_run
 from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 
@@ -187,13 +187,13 @@ def labelled_lineage(labelled: Path) -> str:
 def store_labelled(conn: Connection, labelled: Path, lab: list[Row], lineage: str | None = None) -> int:
     """Store a labelled file's claims and labels, freeze them as a label set of ``lineage``
     (default: the file's own, :func:`labelled_lineage`) and version the lineage with it
-    (:func:`checkworthy.store.lineages.adopt_label_set`); return the label set in force."""
+    (:func:`checkworthy.store.lineages.ensure_head`); return the label set in force."""
     dataset = upload_dataset(labelled)  # the file's hash: once, not once a row
     l_ids = store.store_claims_with_labels(
         conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab],
         f"file:{labelled}")
     name = lineage or labelled_lineage(labelled)
-    return adopt_label_set(conn, name, store.create_label_set(conn, name, l_ids))
+    return ensure_head(conn, store.create_label_set(conn, name, l_ids))
 
 
 def store_files(

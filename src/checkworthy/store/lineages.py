@@ -95,28 +95,16 @@ def set_head(
 def ensure_head(conn: Connection, label_set_id: int, data_version_id: int | None = None) -> int:
     """The head of ``label_set_id``'s lineage, registering it as the first version if there is none.
 
-    The main job re-creates its sampled calibration set on every run; once a lineage has
-    versions, the data team's updates define it, so the existing head stays in force.
+    The main job re-creates its sampled calibration set on every run, and ``predict``,
+    ``calibrate`` and ``adapt`` freeze their file's labels on every call (a lineage is of one
+    file: its name is the file's hash, or a ``--name`` checked to be of no other file); once a
+    lineage has versions, the data team's updates define it, so the existing head stays in force.
     """
     lock_labels(conn)
     name = label_set_name(conn, label_set_id)
     head = lineage_head(conn, name)
     if head is None:
         set_head(conn, name, label_set_id, "initial", data_version_id=data_version_id)
-        return label_set_id
-    return head
-
-
-def adopt_label_set(conn: Connection, name: str, label_set_id: int) -> int:
-    """The label set lineage ``name`` calibrates with when a team's file (frozen as
-    ``label_set_id`` by ``predict``, ``calibrate`` or ``adapt``) is given for it: a lineage
-    without a head gets it as its first version; otherwise the head stays in force, since a
-    lineage is of one file (its name is the file's hash, or a ``--name`` checked to be of no
-    other file) and the label updates since its first version define it."""
-    lock_labels(conn)
-    head = lineage_head(conn, name)
-    if head is None:
-        set_head(conn, name, label_set_id, "initial")
         return label_set_id
     return head
 
@@ -220,7 +208,6 @@ def target_claim_ids(conn: Connection, label_set_name: str) -> dict[str, list[in
     for r in rows:
         out.setdefault(r.name, []).append(r.claim_id)
     return out
-
 
 
 def held_out_claim_ids(conn: Connection, label_set_name: str) -> set[int]:
