@@ -149,7 +149,7 @@ class LoopbackServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> LoopbackServer:
         self._thread.start()
@@ -251,6 +251,7 @@ class FakeOllama(LoopbackServer):
         }
 
     def _generate(self, h: Handler, req: Request) -> None:
+        """Answer ``/api/generate`` or ``/api/chat``: an error, a scripted failure, or the answer."""
         body = req.body if isinstance(req.body, dict) else {}
         model = body.get("model", "")
         if not model:
@@ -271,6 +272,15 @@ class FakeOllama(LoopbackServer):
             return h.drop()
         if kind == "delay":
             time.sleep(action["seconds"])
+        text, final = self._answer(body, prompt)
+        head = {"model": model, "created_at": _now()}
+        if not chat and not body.get("raw"):
+            final["context"] = [1, 2, 3]
+        _reply(h, _Pieces(head, chat), text, final, body.get("stream", True) is False, action)
+
+    def _answer(self, body: dict[str, Any], prompt: str) -> tuple[str, dict[str, Any]]:
+        """The answer's text, cut at a ``stop`` string or at ``num_predict`` tokens, and the final
+        object's fields (done reason, durations, token counts)."""
         options = body.get("options") or {}
         text = self.responder(body) if self.responder else toy_answer(prompt, bool(body.get("raw")))
         done_reason = "stop"
@@ -285,26 +295,38 @@ class FakeOllama(LoopbackServer):
             "prompt_eval_duration": 2345678, "eval_count": max(1, len(text) // 4),
             "eval_duration": 3456789,
         }
-        head = {"model": model, "created_at": _now()}
-        if not chat and not body.get("raw"):
-            final["context"] = [1, 2, 3]
+        return text, final
 
-        def piece(content: str) -> dict[str, Any]:
-            if chat:
-                return {**head, "message": {"role": "assistant", "content": content}, "done": False}
-            return {**head, "response": content, "done": False}
 
-        if body.get("stream", True) is False:
-            return h.send_json(200, {**piece(text), **final})
-        h.start_chunked("application/x-ndjson")
-        pieces = [text[i: i + 4] for i in range(0, len(text), 4)] or [""]
-        for i, content in enumerate(pieces):
-            h.write_chunk((json.dumps(piece(content)) + "\n").encode())
-            if i == 0 and kind == "midstream_error":
-                h.write_chunk((json.dumps({"error": action.get("error", "llama runner process has "
-                                                                        "terminated")}) + "\n").encode())
-                return h.end_chunked()
-            if i == 0 and kind == "stall":
-                time.sleep(action["seconds"])
-        h.write_chunk((json.dumps({**piece(""), **final}) + "\n").encode())
-        h.end_chunked()
+@dataclass
+class _Pieces:
+    """Builds one piece of an answer: a ``message`` for chat, a ``response`` for generate."""
+
+    head: dict[str, Any]
+    chat: bool
+
+    def __call__(self, content: str) -> dict[str, Any]:
+        if self.chat:
+            return {**self.head, "message": {"role": "assistant", "content": content}, "done": False}
+        return {**self.head, "response": content, "done": False}
+
+
+def _reply(h: Handler, piece: _Pieces, text: str, final: dict[str, Any], whole: bool,
+           action: dict[str, Any]) -> None:
+    """Send the answer as one JSON object (``whole``) or as NDJSON, four characters a line, with a
+    scripted ``midstream_error`` or ``stall`` after the first line."""
+    kind = action.get("kind")
+    if whole:
+        return h.send_json(200, {**piece(text), **final})
+    h.start_chunked("application/x-ndjson")
+    pieces = [text[i: i + 4] for i in range(0, len(text), 4)] or [""]
+    for i, content in enumerate(pieces):
+        h.write_chunk((json.dumps(piece(content)) + "\n").encode())
+        if i == 0 and kind == "midstream_error":
+            h.write_chunk((json.dumps({"error": action.get("error", "llama runner process has "
+                                                                    "terminated")}) + "\n").encode())
+            return h.end_chunked()
+        if i == 0 and kind == "stall":
+            time.sleep(action["seconds"])
+    h.write_chunk((json.dumps({**piece(""), **final}) + "\n").encode())
+    h.end_chunked()
