@@ -602,6 +602,18 @@ def select_by_cv(
     output to trust. Leave-one-out neighbours of a labelled claim come from |L| - 1 claims,
     a negligible difference from the |L| a test claim sees.
     """
+    grid = _checked_grid(cal, ks, grid)
+    weights = _class_weights(cal.y, target_prevalence)
+    folds = np.random.default_rng(seed).permutation(cal.m) % n_folds
+    table = _cv_table(_CVFolds(cal, weights, folds, n_folds), grid, sorted(ks), thresholds)
+    return CVResult(best=_first_best(table), table=tuple(table))
+
+
+def _checked_grid(
+    cal: LabelledSet, ks: Sequence[int], grid: Mapping[str, Sequence[Mapping[str, Any]]] | None
+) -> Mapping[str, Sequence[Mapping[str, Any]]]:
+    """The grid to search (default :data:`DEFAULT_GRID`), after refusing test claims, unknown
+    methods and a k outside the neighbour columns given."""
     if not isinstance(cal, LabelledSet):
         raise TypeError("select_by_cv takes the labelled set only (a LabelledSet), never claims to test")
     grid = DEFAULT_GRID if grid is None else grid
@@ -610,33 +622,63 @@ def select_by_cv(
         raise ValueError(f"unknown methods {sorted(unknown)}")
     if any(k > cal.max_k or k < 1 for k in ks):
         raise ValueError(f"every k must lie in [1, {cal.max_k}] (the neighbour columns given)")
-    weights = _class_weights(cal.y, target_prevalence)
-    folds = np.random.default_rng(seed).permutation(cal.m) % n_folds
+    return grid
+
+
+@dataclass(frozen=True)
+class _CVFolds:
+    """What scoring a candidate on L needs: L, its class weights and the cross-fitting folds."""
+
+    cal: LabelledSet
+    weights: FloatArray | None
+    folds: IntArray
+    n_folds: int
+
+
+def _cv_table(
+    cv: _CVFolds, grid: Mapping[str, Sequence[Mapping[str, Any]]], ks: list[int],
+    thresholds: Sequence[float],
+) -> list[Choice]:
+    """Every (method, k, parameters, threshold) candidate in search order, with its weighted F1."""
     table: list[Choice] = []
-    best: Choice | None = None
     for method, candidates in grid.items():
-        for k in sorted(ks):
-            nb = Neighbourhood.loo(cal, k)
-            for params in candidates:
-                params = dict(params)
-                final = dict(params)
-                if method in _FITTED and params.get(_FITTED[method][0]) is None:
-                    name, form = _FITTED[method]
-                    per_row = np.empty(cal.m)
-                    for f in range(n_folds):
-                        per_row[folds == f] = estimate_lambda(cal, k, form=form, rows=folds != f)
-                    params[name] = per_row
-                    final[name] = estimate_lambda(cal, k, form=form)
+        for k in ks:
+            nb = Neighbourhood.loo(cv.cal, k)
+            for candidate in candidates:
+                params, final = _cross_fitted(cv, method, k, candidate)
                 theta = CORRECTIONS[method](nb, **params)
                 for t in thresholds:
                     pred = nnppi.decide(theta, t)
-                    score = float(
-                        f1_score(cal.y, pred, average="weighted", sample_weight=weights, zero_division=0)
-                    )
-                    choice = Choice(method, k, final, float(t), score)
-                    table.append(choice)
-                    if best is None or score > best.cv_score:
-                        best = choice
+                    score = float(f1_score(cv.cal.y, pred, average="weighted", sample_weight=cv.weights,
+                                           zero_division=0))
+                    table.append(Choice(method, k, final, float(t), score))
+    return table
+
+
+def _cross_fitted(
+    cv: _CVFolds, method: str, k: int, candidate: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parameters to score a candidate with and the ones its Choice keeps: a parameter fitted
+    on L (given as None) is estimated per fold from the other folds for scoring, and on all of L
+    for the Choice."""
+    params = dict(candidate)
+    final = dict(candidate)
+    if method in _FITTED and params.get(_FITTED[method][0]) is None:
+        name, form = _FITTED[method]
+        per_row = np.empty(cv.cal.m)
+        for f in range(cv.n_folds):
+            per_row[cv.folds == f] = estimate_lambda(cv.cal, k, form=form, rows=cv.folds != f)
+        params[name] = per_row
+        final[name] = estimate_lambda(cv.cal, k, form=form)
+    return params, final
+
+
+def _first_best(table: list[Choice]) -> Choice:
+    """The best-scoring candidate, ties going to the earliest."""
+    best: Choice | None = None
+    for choice in table:
+        if best is None or choice.cv_score > best.cv_score:
+            best = choice
     if best is None:
         raise ValueError("empty grid")
-    return CVResult(best=best, table=tuple(table))
+    return best

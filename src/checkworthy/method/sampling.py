@@ -82,6 +82,16 @@ def balanced_sample(
     taken whole without drawing, every other class gets ``rng.choice(..., n,
     replace=False)`` from one shared generator.
     """
+    members = _class_members(labels, classes)
+    n = _per_class(n_per_class, {c: int(m.size) for c, m in members.items()})
+    rng = make_rng(seed)
+    picked = [m if m.size == n else rng.choice(m, size=n, replace=False) for m in members.values()]
+    return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
+
+
+def _class_members(labels: ArrayLike, classes: Sequence[int]) -> dict[int, NDArray[np.intp]]:
+    """Positions of each class in ``labels``, in the order of ``classes``, after refusing labels
+    that are not 1-D or hold a value outside ``classes``, and classes that are empty or repeat."""
     y = np.asarray(labels)
     if y.ndim != 1:
         raise ValueError(f"labels must be 1-D, got shape {y.shape}")
@@ -90,9 +100,12 @@ def balanced_sample(
     unknown = set(np.unique(y).tolist()) - set(classes)
     if unknown:
         raise ValueError(f"labels contain values outside classes {tuple(classes)}: {sorted(unknown)}")
+    return {c: np.flatnonzero(y == c) for c in classes}
 
-    members = {c: np.flatnonzero(y == c) for c in classes}
-    sizes = {c: int(m.size) for c, m in members.items()}
+
+def _per_class(n_per_class: int | None, sizes: dict[int, int]) -> int:
+    """Items to draw per class: ``n_per_class``, or the smallest class's size when None; refuses a
+    count below 1, an empty class, or a class with fewer items than asked."""
     if n_per_class is None:
         n = min(sizes.values())
         if n == 0:
@@ -107,10 +120,7 @@ def balanced_sample(
         short = {c: s for c, s in sizes.items() if s < n}
         if short:
             raise ValueError(f"too few items for n_per_class={n}: class sizes {sizes}")
-
-    rng = make_rng(seed)
-    picked = [m if m.size == n else rng.choice(m, size=n, replace=False) for m in members.values()]
-    return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
+    return n
 
 
 def subsample(indices: ArrayLike, n: int, *, seed: int) -> NDArray[np.int64]:
