@@ -36,14 +36,17 @@ from checkworthy.data.datasets import (
     load_dataset,
     normalise_text,
 )
+from checkworthy.data.outputs import atomic_text
 from checkworthy.method import metrics
 from checkworthy.method.drift import drift_status
 from checkworthy.method.prevalence import stored_share
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import realised
+from checkworthy.runs.own_scores import Row
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
 from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
-from checkworthy.scorers.registry import configured_scorer
+from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.registry import PromptInfo, configured_scorer
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
 from checkworthy.store.run_spec import DEFAULT_CORRECTION
@@ -59,7 +62,7 @@ DEFAULT_PREDICTORS = (
     ("embedded:gemma3-270m", "token_prob"),
     ("embedded:gemma3-270m-fewshot", "p_yes"),
 )
-PAPER = {"correction": DEFAULT_CORRECTION, "interval": "z", "k": 10, "prior": "labelled"}
+PAPER: dict[str, Any] = {"correction": DEFAULT_CORRECTION, "interval": "z", "k": 10, "prior": "labelled"}
 #: model kinds whose ``mode`` option selects the score kinds they compute
 LANGUAGE_MODELS = ("embedded", "ollama")
 
@@ -130,13 +133,11 @@ def write_claims(path: Path, claims: Sequence[Claim]) -> Path:
     """``id,text,label`` as ``predict`` reads it (ids made unique by the file line); same claims,
     same bytes, so the store recognises the file when it is written again."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    with atomic_text(path) as fh:
         w = csv.writer(fh)
         w.writerow(["id", "text", "label"])
         for c in claims:
             w.writerow([f"{c.dataset}:{c.split}:{c.extra.get('line', c.source_id)}", c.text, c.label])
-    tmp.replace(path)
     return path
 
 
@@ -205,7 +206,7 @@ def evaluate_held_out(
     on each L (``{predictor: {dataset: auc}}``), the figure predictors are chosen by."""
     params = load_params() if params is None else params
     seed = params["seed"]
-    n_per_class = labelled_sizes(params)
+    n_per_class = labelled_sizes(dict(params))
     labelled, events = held_out_events(seed, n_per_class, limit)
     work = work_dir or VAR_DIR / "held-out" / (f"limit-{limit}" if limit else "full")
     l_files = {ds: write_claims(work / f"{ds}-labelled.csv", claims) for ds, claims in labelled.items()}
@@ -215,46 +216,65 @@ def evaluate_held_out(
     chosen_by: dict[str, dict[str, float]] = {}
     for spec, kind in predictors:
         label = f"{spec} {kind}"
-        # a language model computes only the score kind measured (its fastest mode)
-        mode = {"mode": kind} if spec.partition(":")[0] in LANGUAGE_MODELS else {}
-        scorer, prompt = configured_scorer(params, spec, **mode)
-        base = Recommended.from_params(params, model=spec, score_kind=kind)
-        check_score_kind(base, scorer)
-        excluded = scorer.params().get("excluded")
-        seen = [e.name for e in events if excluded is not None and e.group not in excluded]
-        if seen:
-            raise ValueError(f"{spec} was trained on {', '.join(seen)}: retrain it with the default "
-                             "--exclude")
+        base, scored_by = _predictor(params, spec, kind, events)
         for event in events:
-            lab, unl = read_files(l_files[event.dataset], u_files[event.name], base.k)
+            files = (l_files[event.dataset], u_files[event.name])
+            lab, unl = read_files(*files, base.k)
             y = np.array([r.label for r in unl])
             for name, rec in methods(base).items():
                 target = work / "out" / f"{label}-{event.name}-{name}".replace(" ", "_").replace(":", "_")
-                outcome = predict_files(engine, (l_files[event.dataset], u_files[event.name]), (lab, unl),
-                                        target.with_suffix(".csv"), rec, (scorer, prompt))
-                with engine.connect() as conn:
-                    rows = {r["source_id"]: r for r in load_results(conn, outcome.run_id)}
-                    stored = load_run(conn, outcome.run_id)["params"]
-                    share = prevalence_figures(stored.get("prevalence"), float(y.mean()))
-                    if event.dataset not in chosen_by.setdefault(label, {}):
-                        chosen_by[label][event.dataset] = labelled_auc(conn, outcome.run_id)
-                res = [rows[r.id] for r in unl]
-                col = {k: np.array([r[k] for r in res], dtype=float)
-                       for k in ("score", "theta", "ci_low", "ci_high", "decision")}
-                if name == "recommended":
-                    raw = (col["score"] >= rec.threshold).astype(int)
-                    out.append(Measured(label, "raw score at 0.5", event.name, outcome.run_id,
-                                        figures(y, col["score"], raw)))
-                out.append(Measured(label, name, event.name, outcome.run_id,
-                                    figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
-                                            col["ci_high"]) | share
-                                    | review_figures(stored.get("review"), y, col["theta"], drift_status(
-                                        [r["neighbour_distances"][0] for r in res], stored.get("drift"))),
-                                    stored.get("auto_choice"),
-                                    metrics.reliability(y, col["theta"])))
+                outcome = predict_files(engine, files, (lab, unl), target.with_suffix(".csv"), rec, scored_by)
+                out += _measure(engine, outcome.run_id, (label, name, event), rec, unl, y, chosen_by)
                 echo(f"{label} | {name} | {event.name}: F1 c1 {out[-1].figures['f1_1']:.3f}, "
                      f"AUC {out[-1].figures['roc_auc']:.3f} (run {outcome.run_id})")
     return out, chosen_by, events
+
+
+def _predictor(params: Mapping[str, Any], spec: str, kind: str, events: Sequence[Event]
+               ) -> tuple[Recommended, tuple[Scorer, PromptInfo]]:
+    """The predictor's recommended calibration and its scorer; refused when it was trained on an
+    event (its ``excluded`` groups miss the event's)."""
+    # a language model computes only the score kind measured (its fastest mode)
+    mode = {"mode": kind} if spec.partition(":")[0] in LANGUAGE_MODELS else {}
+    scorer, prompt = configured_scorer(params, spec, **mode)
+    base = Recommended.from_params(params, model=spec, score_kind=kind)
+    check_score_kind(base, scorer)
+    excluded = scorer.params().get("excluded")
+    seen = [e.name for e in events if excluded is not None and e.group not in excluded]
+    if seen:
+        raise ValueError(f"{spec} was trained on {', '.join(seen)}: retrain it with the default "
+                         "--exclude")
+    return base, (scorer, prompt)
+
+
+def _measure(engine: Engine, run_id: int, what: tuple[str, str, Event], rec: Recommended,
+             unl: list[Row], y: np.ndarray, chosen_by: dict[str, dict[str, float]]) -> list[Measured]:
+    """The figures of one predictor (``label``) x method (``name``) x event from its stored run (the
+    raw score at 0.5 too, beside the recommended method); records the predictor's ROC AUC on the
+    event's L in ``chosen_by`` the first time it meets that L."""
+    label, name, event = what
+    with engine.connect() as conn:
+        rows = {r["source_id"]: r for r in load_results(conn, run_id)}
+        stored = load_run(conn, run_id)["params"]
+        share = prevalence_figures(stored.get("prevalence"), float(y.mean()))
+        if event.dataset not in chosen_by.setdefault(label, {}):
+            chosen_by[label][event.dataset] = labelled_auc(conn, run_id)
+    res = [rows[r.id] for r in unl]
+    col = {k: np.array([r[k] for r in res], dtype=float)
+           for k in ("score", "theta", "ci_low", "ci_high", "decision")}
+    measured = []
+    if name == "recommended":
+        raw = (col["score"] >= rec.threshold).astype(int)
+        measured.append(Measured(label, "raw score at 0.5", event.name, run_id,
+                                 figures(y, col["score"], raw)))
+    measured.append(Measured(label, name, event.name, run_id,
+                             figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
+                                     col["ci_high"]) | share
+                             | review_figures(stored.get("review"), y, col["theta"], drift_status(
+                                 [r["neighbour_distances"][0] for r in res], stored.get("drift"))),
+                             stored.get("auto_choice"),
+                             metrics.reliability(y, col["theta"])))
+    return measured
 
 
 def labelled_auc(conn: Any, run_id: int) -> float:
