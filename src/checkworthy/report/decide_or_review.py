@@ -8,7 +8,8 @@ From stored rows only (the labels are read as of each run's end), so a re-render
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -39,10 +40,7 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
         share, risk = realised([x.theta for x in res], [x.label for x in res], rule["threshold"],
                                rule["risk"], rule["margin"], status)
         within = "—" if risk is None else ("yes" if risk <= rule["max_risk"] else "**no**")
-        certified = ReviewRule.from_dict(rule)
-        on = (f"all {certified.n_labelled} labelled" if certified.n_neighbours is None
-              else f"{certified.n_neighbours} nearest the batch (effective n {certified.n_effective:.0f})")
-        none = "too few like the batch" if certified.too_few() else "none passed"
+        on, none = _certified_on(rule)
         rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", DEFAULT_CORRECTION)),
                      f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}", on,
                      fmt(rule["margin"]) if rule["margin"] is not None else none,
@@ -73,3 +71,13 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
             "Share decided automatically and realised risk among those decisions (diamond: the bound)",
             cats, ["automated share", "realised risk"], values, "share", marks)
         doc.add(Image(path, "Automated share and realised risk per run, against the bound"))
+
+
+def _certified_on(rule: Mapping[str, Any]) -> tuple[str, str]:
+    """The rule's "certified on" cell (all of L, or the claims nearest the batch and their effective
+    number), and what its margin cell says when no margin passed."""
+    certified = ReviewRule.from_dict(rule)
+    on = (f"all {certified.n_labelled} labelled" if certified.n_neighbours is None
+          else f"{certified.n_neighbours} nearest the batch (effective n {certified.n_effective:.0f})")
+    none = "too few like the batch" if certified.too_few() else "none passed"
+    return on, none
