@@ -153,13 +153,19 @@ def train_setfit(
     }
     folder = save_lora(name, encoder, head, manifest, root)
     art = load_lora(f"{name}@{folder.name}", root)
+    _check_export(model, art, texts)
+    art.manifest["metrics"] = evaluate(art.predict_proba, art.manifest, groups)
+    (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")
+    echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
+    return art
+
+
+def _check_export(model: Any, art: LoraArtefact, texts: Sequence[str]) -> None:
+    """The saved artefact must score the first training texts as the trained model does; the
+    largest difference goes into its manifest."""
     check = texts[:EXPORT_CHECK]
     gap = float(np.max(np.abs(np.asarray(model.predict_proba(check))[:, 1] - art.predict_proba(check))))
     if gap > 1e-4:
         raise RuntimeError(f"the saved SetFit artefact scores differently from the trained model "
                            f"(by {gap:.2g})")
     art.manifest["export_check"] = {"texts": len(check), "max_abs_difference": gap}
-    art.manifest["metrics"] = evaluate(art.predict_proba, art.manifest, groups)
-    (folder / "manifest.json").write_text(json.dumps(art.manifest, indent=2, sort_keys=True) + "\n")
-    echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
-    return art
