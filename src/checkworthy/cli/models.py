@@ -10,10 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from checkworthy.cli.checks import output_dir, positive_int
 from checkworthy.config import PARAMS_FILE, ROOT, load_params
 from checkworthy.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from checkworthy.runs.adapt import AdaptSettings, Labelled
+    from checkworthy.runs.own_scores import Row
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,17 +61,8 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_adapt(args: argparse.Namespace) -> int:
     """``checkworthy adapt``: check, train cross-fitted, compare with the champion, register."""
-    from checkworthy.runs.adapt import (
-        AdaptSettings,
-        DvcVersioning,
-        adapt,
-        distinct_labels,
-        labels_problem,
-        lineage_labels,
-    )
-    from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
+    from checkworthy.runs.adapt import AdaptSettings, DvcVersioning, adapt
     from checkworthy.store.engine import get_engine
-    from checkworthy.store.rows import label_set_texts
 
     if not args.labelled and not args.lineage:
         raise UsageError("give --labeled FILE or --lineage NAME")
@@ -72,36 +70,10 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         raise UsageError(f"--params: no such file {args.params}")
     params = load_params(Path(args.params))
     s = AdaptSettings.from_params(params, folds=args.folds, epochs=args.epochs)
-    problem = output_dir("adapt.root", str(s.artefact_root))
-    if problem is None and not args.no_dvc and not s.artefact_root.resolve().is_relative_to(ROOT.resolve()):
-        problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
-    problem = problem or _start_problem(s.start)
-    if problem:
-        raise UsageError(problem)
-    lab_rows = None
-    if args.labelled:
-        labelled = Path(args.labelled)
-        lab_rows = read_scored_csv(labelled, label_required=True, scored=False)
-        lineage = labelled_lineage(labelled)
-        if args.lineage and args.lineage != lineage:
-            raise UsageError(f"--labeled {labelled} is of lineage {lineage}, not --lineage {args.lineage}")
-        why = labels_problem(list(distinct_labels(lineage, 0, [(r.text, r.label) for r in lab_rows]).labels),
-                             s.folds)
-        if why:
-            raise DataError(labelled, None, "label", why)
+    _check_settings(s, args.no_dvc)
+    given = _labelled_file(args, s.folds)
     eng = get_engine()
-    if lab_rows is not None:
-        with eng.begin() as conn:  # the lineage's labels in force: the file's, and those added since
-            label_set = store_labelled(conn, labelled, lab_rows)
-            lab = distinct_labels(lineage, label_set, label_set_texts(conn, label_set))
-    else:
-        try:
-            lab = lineage_labels(eng, args.lineage)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        why = labels_problem(lab.labels, s.folds)
-        if why:
-            raise UsageError(f"--lineage {args.lineage}: {why}")
+    lab = _labels_in_force(eng, args, given, s.folds)
     command = " ".join(["checkworthy", *sys.argv[1:]])
     print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
           f"{s.folds} folds + 1, {s.epochs} epochs each, from {s.start}")
@@ -112,6 +84,60 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     print(f"champion of {lab.lineage}: {out.spec if out.promoted else out.champion}"
           + (" (predict and serve of this lineage use it)" if out.promoted else ""))
     return 0
+
+
+def _check_settings(s: AdaptSettings, no_dvc: bool) -> None:
+    """Refuse an artefact root that cannot be written (or, versioned with DVC, lies outside the
+    project) and a model to continue from that cannot be read."""
+    problem = output_dir("adapt.root", str(s.artefact_root))
+    if problem is None and not no_dvc and not s.artefact_root.resolve().is_relative_to(ROOT.resolve()):
+        problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
+    problem = problem or _start_problem(s.start)
+    if problem:
+        raise UsageError(problem)
+
+
+def _labelled_file(args: argparse.Namespace, folds: int) -> tuple[Path, str, list[Row]] | None:
+    """The ``--labeled`` file, its lineage and its rows, checked (its lineage is ``--lineage``'s
+    when both are given; its labels can be cross-fitted); None without ``--labeled``."""
+    from checkworthy.runs.adapt import distinct_labels, labels_problem
+    from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv
+
+    if not args.labelled:
+        return None
+    labelled = Path(args.labelled)
+    lab_rows = read_scored_csv(labelled, label_required=True, scored=False)
+    lineage = labelled_lineage(labelled)
+    if args.lineage and args.lineage != lineage:
+        raise UsageError(f"--labeled {labelled} is of lineage {lineage}, not --lineage {args.lineage}")
+    pairs = [(r.text, r.label) for r in lab_rows if r.label is not None]  # all: label_required
+    why = labels_problem(list(distinct_labels(lineage, 0, pairs).labels), folds)
+    if why:
+        raise DataError(labelled, None, "label", why)
+    return labelled, lineage, lab_rows
+
+
+def _labels_in_force(eng: Engine, args: argparse.Namespace, given: tuple[Path, str, list[Row]] | None,
+                     folds: int) -> Labelled:
+    """The lineage's labels in force: the ``given`` file's (stored) and those added since, or the
+    stored ``--lineage``'s, refused when unknown or too few to cross-fit."""
+    from checkworthy.runs.adapt import distinct_labels, labels_problem, lineage_labels
+    from checkworthy.runs.own_scores import store_labelled
+    from checkworthy.store.rows import label_set_texts
+
+    if given is not None:
+        labelled, lineage, lab_rows = given
+        with eng.begin() as conn:  # the lineage's labels in force: the file's, and those added since
+            label_set = store_labelled(conn, labelled, lab_rows)
+            return distinct_labels(lineage, label_set, label_set_texts(conn, label_set))
+    try:
+        lab = lineage_labels(eng, args.lineage)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    why = labels_problem(lab.labels, folds)
+    if why:
+        raise UsageError(f"--lineage {args.lineage}: {why}")
+    return lab
 
 
 def _start_problem(start: str) -> str | None:
