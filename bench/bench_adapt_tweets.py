@@ -1,7 +1,7 @@
 """A new kind of claim: COVID-19 tweets, predicted with today's model and after ``checkworthy adapt``.
 
 Setting: the CheckThat! 2021/2022 English tweets (Task 1A). L is the tweets' calibration set
-(:func:`checkworthy.data.datasets.build_splits`: every check-worthy tweet of CT22 and CT21 train
+(:func:`checkworthy.data.splits.build_splits`: every check-worthy tweet of CT22 and CT21 train
 and as many others, none sharing a text or tweet id with U); U is CT22 dev. Three commands, as a
 data team runs them, each a real ``checkworthy`` process on the project's store:
 
@@ -30,7 +30,8 @@ from pathlib import Path
 import yaml
 
 from checkworthy.config import PARAMS_FILE, VAR_DIR, load_params
-from checkworthy.data.datasets import TWEETS, build_splits, load_dataset
+from checkworthy.data.datasets import TWEETS, load_dataset
+from checkworthy.data.splits import build_splits
 from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.method.sampling import balanced_sample
 

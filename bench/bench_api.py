@@ -43,7 +43,8 @@ import numpy as np
 import uvicorn
 
 from checkworthy.config import PARAMS_FILE, VAR_DIR, load_params, quiet_offline_env
-from checkworthy.data.datasets import load_clef, normalise_text
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.text import normalise_text
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.classifier import model_type

@@ -30,7 +30,9 @@ import time
 import numpy as np
 
 from checkworthy.config import VAR_DIR, load_params
-from checkworthy.data.datasets import CLAIMBUSTER, TWEETS, build_splits, load_dataset, normalise_text
+from checkworthy.data.datasets import CLAIMBUSTER, TWEETS, load_dataset
+from checkworthy.data.splits import build_splits
+from checkworthy.data.text import normalise_text
 from checkworthy.method.coverage import coverage_order
 from checkworthy.method.drift import CALM, check_drift, drift_status, fit_radius
 from checkworthy.method.embedding_head import fit_head

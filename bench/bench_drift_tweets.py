@@ -25,7 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from checkworthy.config import VAR_DIR, labelled_sizes, load_params
-from checkworthy.data.datasets import CLAIMBUSTER, TWEETS, build_splits, load_dataset, normalise_text
+from checkworthy.data.datasets import CLAIMBUSTER, TWEETS, load_dataset
+from checkworthy.data.splits import build_splits
+from checkworthy.data.text import normalise_text
 from checkworthy.runs.held_out import write_claims
 
 WORK = VAR_DIR / "bench-drift-tweets"

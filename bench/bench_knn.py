@@ -35,7 +35,8 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import bindparam, text
 
 from checkworthy.config import VAR_DIR, quiet_offline_env
-from checkworthy.data.datasets import load_claimbuster, load_clef, normalise_text
+from checkworthy.data.datasets import load_claimbuster, load_clef
+from checkworthy.data.text import normalise_text
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.sentence_encoder import embed
 from checkworthy.store import rows as store

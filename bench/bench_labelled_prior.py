@@ -25,7 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from checkworthy.config import VAR_DIR, labelled_sizes, load_params
-from checkworthy.data.datasets import build_splits, load_dataset
+from checkworthy.data.datasets import load_dataset
+from checkworthy.data.splits import build_splits
 from checkworthy.runs.held_out import figures as event_figures
 from checkworthy.runs.held_out import held_out_events, write_claims
 

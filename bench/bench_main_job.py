@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from checkworthy.config import PARAMS_FILE, labelled_sizes, load_params, model_name, quiet_offline_env
-from checkworthy.data.datasets import build_splits, load_dataset
+from checkworthy.data.datasets import load_dataset
+from checkworthy.data.splits import build_splits
 from checkworthy.runs.main_job import sharing_passes
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.scorers.sentence_encoder import embed

@@ -59,14 +59,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import VAR_DIR, quiet_offline_env
-from checkworthy.data.datasets import (
-    MULTILINGUAL_TWEETS,
-    TWEET_FILES,
-    Claim,
-    load_clef,
-    load_tweets,
-    normalise_text,
-)
+from checkworthy.data.datasets import MULTILINGUAL_TWEETS, TWEET_FILES, load_clef, load_tweets
+from checkworthy.data.records import Claim
+from checkworthy.data.text import normalise_text
 from checkworthy.method.metrics import per_class, roc_auc
 from checkworthy.method.nnppi import knn_mean
 from checkworthy.testing.datasets import raw_path

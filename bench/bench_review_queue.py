@@ -44,7 +44,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params, quiet_offline_env
-from checkworthy.data.datasets import CLAIMBUSTER, CLEF, build_splits, load_dataset
+from checkworthy.data.datasets import CLAIMBUSTER, CLEF, load_dataset
+from checkworthy.data.splits import build_splits
 from checkworthy.method.corrections import LabelledSet, Neighbourhood, correction_paper, select_by_cv
 from checkworthy.method.metrics import per_class, weighted_f1
 from checkworthy.method.nnppi import decide

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 
 from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE, load_params
-from checkworthy.data.datasets import normalise_text
+from checkworthy.data.text import normalise_text
 from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer

@@ -7,7 +7,8 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy.cli.main import main
-from checkworthy.data.datasets import load_clef, sha256_file
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.hashing import sha256_file
 from checkworthy.data.versioning import git_rev
 from checkworthy.store.audit import table_counts
 from checkworthy.testing.claims import write_csv

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from checkworthy.config import EMBED_MODEL, VAR_DIR
-from checkworthy.data.datasets import normalise_text
+from checkworthy.data.text import normalise_text
 from checkworthy.runs import train_classifier as training
 from checkworthy.scorers import classifier
 from checkworthy.scorers.base import OK

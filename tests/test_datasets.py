@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from checkworthy.data.dataset_schemas import claimbuster_split
 from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
@@ -18,18 +19,15 @@ from checkworthy.data.datasets import (
     RAW_FOLDERS,
     TWEET_FILES,
     TWEETS,
-    Claim,
-    LoadReport,
-    build_splits,
-    claimbuster_split,
     load_claimbuster,
     load_clef,
     load_dataset,
     load_tweets,
-    normalise_text,
-    sha256_file,
-    shared_texts,
 )
+from checkworthy.data.hashing import sha256_file
+from checkworthy.data.records import Claim, LoadReport
+from checkworthy.data.splits import build_splits, shared_texts
+from checkworthy.data.text import normalise_text
 from checkworthy.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -721,3 +719,164 @@ def test_ensure_data_pulls_a_dataset_an_older_checkout_lacks(tmp_path):
     subprocess.run(["rm", "-rf", str(repo / "data"), str(repo / ".dvc" / "cache")], check=True)
     ensure()  # a fresh clone: no data/, no cache
     assert all((raw / folder / "a.tsv").is_file() for folder in RAW_FOLDERS)
+
+
+# --------------------------------------------------------------------------- the reports word by word
+
+
+def summary_lines(report: LoadReport, path: Path) -> list[str]:
+    return report.summary().replace(str(path), "FILE").split("\n")
+
+
+def test_tweet_report_words_every_decision(tmp_path):
+    """Every repair, drop, duplicate and note of a tiny tweet file, word for word (a refactor of
+    the reader must not change one)."""
+    data = (b"\xef\xbb\xbf" + b"tweet_id\ttweet_text\tclass_label\ttopic\r\n"
+            + b'11\t"Say ""hi"" now"\t1\tcovid\r\n' + b"\r\n" + b"1.37041E+18\tlost\t0\tcovid\r\n"
+            + b"12\t  padded \t0\tcovid\r\n" + b"13\t#VALUE!\t0\tx\r\n" + b"14\tsay hi now\t0\tcovid\r\n"
+            + b"11\tother\t1\tcovid\r\n" + b"15\t\t1\tx\r\n")
+    path = write(tmp_path, "t.tsv", data)
+    claims, report = load_tweets(path, "ct22-train", expected_sha256="0" * 64)
+    assert [(c.source_id, c.text, c.label, c.split, dict(c.extra)) for c in claims] == [
+        ("11", 'Say "hi" now', 1, "ct22-train", {"topic": "covid", "line": 2}),
+        ("12", "padded", 0, "ct22-train", {"topic": "covid", "line": 5}),
+        ("14", "say hi now", 0, "ct22-train", {"topic": "covid", "line": 7}),
+        ("11", "other", 1, "ct22-train", {"topic": "covid", "line": 8}),
+    ]
+    sha = "84d7394d3582dfef3b68f9faee75fdfee9cb892e9b4eca4da510788f634c7b1e"
+    assert summary_lines(report, path) == [
+        "FILE: read 7 rows, kept 4, dropped 4, repairs 4",
+        f"sha256 {sha}",
+        "repairs (4):",
+        "  - whole file, *: removed UTF-8 byte-order mark",
+        "  - whole file, *: converted 9 CRLF line endings to LF",
+        "  - line 5, Text: stripped leading/trailing whitespace",
+        '  - whole file, tweet_text: unquoted 1 CSV-style quoted texts (doubled quotes "" -> ")',
+        "dropped (4):",
+        "  - line 3: blank line",
+        "  - line 4: tweet_id '1.37041E+18' is a spreadsheet's rounding of the id: the tweet cannot be "
+        "named, nor matched across files",
+        "  - line 6: Text is the spreadsheet error '#VALUE!': the sentence was destroyed by a spreadsheet "
+        "round-trip",
+        "  - line 9: Text is empty",
+        "duplicate ids (1):",
+        "  - id 11 on lines [2, 8], labels [1, 1]",
+        "duplicate texts (1):",
+        "  - CONFLICT 'say hi now': ids ['11', '14'], labels [1, 0], splits ['ct22-train', 'ct22-train']",
+        "notes (4):",
+        "  - duplicate ids: 1 (rows 2); kept",
+        "  - duplicate texts (normalised): 1 texts on 2 rows, 1 with conflicting labels (2 rows); all kept, "
+        "none relabelled",
+        "  - split ct22-train: 4 rows kept, 2 check-worthy",
+        f"  - sha256 MISMATCH: expected {'0' * 64}, got {sha} (file differs from the documented release; "
+        "counts may differ)",
+    ]
+
+
+def test_clef_report_words_every_decision(tmp_path):
+    path = write(tmp_path, "c.tsv", CLEF_HEADER + b'1\t"Say ""hi"", now."\tYes\n2\tA\tNo3\tB\tYes\n'
+                 b"4\t#NAME?\tNo\n5\tsaid, \\President\tNo\n6\tA.\tYes\n")
+    claims, report = load_clef(path, "train")
+    assert [(c.source_id, c.label, c.split, dict(c.extra)) for c in claims] == [
+        ("1", 1, "train", {"line": 2}), ("2", 0, "train", {"line": 3}), ("3", 1, "train", {"line": 3}),
+        ("5", 0, "train", {"line": 5}), ("6", 1, "train", {"line": 6}),
+    ]
+    assert summary_lines(report, path) == [
+        "FILE: read 6 rows, kept 5, dropped 1, repairs 2",
+        "sha256 994c580505173314e6c72a87e2aefae09a052f456764117975870f7d794ea914",
+        "repairs (2):",
+        "  - line 3, class_label: split glued rows: 'No3' -> label 'No' + next row starting with id '3' "
+        "(missing newline)",
+        '  - whole file, Text: unquoted 1 CSV-style quoted texts (1 of them with doubled quotes "" -> ")',
+        "dropped (1):",
+        "  - line 4: Text is the spreadsheet error '#NAME?': the sentence was destroyed by a spreadsheet "
+        "round-trip; ClaimBuster crowdsourced.csv has id 4",
+        "duplicate texts (1):",
+        "  - CONFLICT 'a': ids ['2', '6'], labels [0, 1], splits ['train', 'train']",
+        "notes (4):",
+        "  - duplicate ids: 0 (rows 0); kept",
+        "  - duplicate texts (normalised): 1 texts on 2 rows, 1 with conflicting labels (2 rows); all kept, "
+        "none relabelled",
+        "  - 1 texts contain a backslash, debris of a lost escaped quote; kept verbatim: line 5 (id 5)",
+        "  - split train: 5 rows kept, 3 Yes",
+    ]
+
+
+def test_claimbuster_report_words_every_decision(tmp_path):
+    path = write(tmp_path, "b.csv", CB_HEADER + b'1,"He said ""no"", twice.",A,2012-10-03.txt,1\n'
+                 b"2,#NAME?,A,2016-10-09.txt,-1\n5,Same.,B,2016-10-09.txt, 1\n6,same,B,2016-10-09.txt,-1\n"
+                 b"6,x\\y,B,1999.txt,0\n")
+    claims, report = load_claimbuster(path)
+    assert [(c.source_id, c.label, c.split, dict(c.extra)) for c in claims] == [
+        ("1", 1, "2012", {"Speaker": "A", "File_id": "2012-10-03.txt", "Verdict": 1, "line": 2}),
+        ("5", 1, "2016", {"Speaker": "B", "File_id": "2016-10-09.txt", "Verdict": 1, "line": 4}),
+        ("6", 0, "2016", {"Speaker": "B", "File_id": "2016-10-09.txt", "Verdict": -1, "line": 5}),
+        ("6", 0, "other", {"Speaker": "B", "File_id": "1999.txt", "Verdict": 0, "line": 6}),
+    ]
+    assert summary_lines(report, path) == [
+        "FILE: read 5 rows, kept 4, dropped 1, repairs 0",
+        "sha256 dc32c86c5a3903597de58a8fefed2bd1a8ef13b1f9dff47383b8cdf2ea6ba929",
+        "dropped (1):",
+        "  - line 3: Text is the spreadsheet error '#NAME?': the sentence was destroyed by a spreadsheet "
+        "round-trip",
+        "duplicate ids (1):",
+        "  - id 6 on lines [5, 6], labels [0, 0]",
+        "duplicate texts (1):",
+        "  - CONFLICT 'same': ids ['5', '6'], labels [1, 0], splits ['2016', '2016']",
+        "notes (7):",
+        '  - 1 texts contained CSV doubled quotes (""), decoded to " by the parser (same result as '
+        "Python's csv module)",
+        "  - duplicate ids: 1 (rows 2); kept",
+        "  - duplicate texts (normalised): 1 texts on 2 rows, 1 with conflicting labels (2 rows); all kept, "
+        "none relabelled",
+        "  - 1 texts contain a backslash, debris of a lost escaped quote; kept verbatim: line 6 (id 6)",
+        "  - split 2012: 1 rows, 1 check-worthy; 0 rows in conflicting-label groups",
+        "  - split 2016: 2 rows, 1 check-worthy; 2 rows in conflicting-label groups",
+        "  - split other: 1 rows, 0 check-worthy; 0 rows in conflicting-label groups",
+    ]
+
+
+TWEET_HEADER = b"tweet_id\ttweet_text\tclass_label\ttopic\n"
+TWEETS_BAD = {
+    "no label column": (b"tweet_id\ttweet_text\ttopic\n1\tA\tx\n", "row 1, field 'class_label': no label "
+                        "column (one of ['class_label', 'check_worthiness', 'claim_worthiness']); header is "
+                        "['tweet_id', 'tweet_text', 'topic']"),
+    "bad id": (TWEET_HEADER + b"1\tA\t0\tx\n1e5\tB\t1\tx\n",
+               "row 3, field 'tweet_id': must be an integer id, got '1e5'"),
+    "too few fields": (TWEET_HEADER + b"1\tA\t0\n", "row 2, field 'topic': expected 4 fields, got 3"),
+    "two kinds": (TWEET_HEADER + b"1\tA\tYes\tx\n2\tB\t1\tx\n",
+                  "row 3, field 'class_label': must be No or Yes (as the file's first row), got '1'"),
+    "no kind": (TWEET_HEADER + b"1\tA\tyes\tx\n", "row 2, field 'class_label': must be 0 or 1 (2021, 2022) "
+                "or Yes or No (2024) (as the file's first row), got 'yes'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TWEETS_BAD))
+def test_tweets_malformed_raise_word_for_word(tmp_path, case):
+    data, message = TWEETS_BAD[case]
+    path = write(tmp_path, "bad.tsv", data)
+    with pytest.raises(DataError) as exc:
+        load_tweets(path, "x")
+    assert str(exc.value) == f"{path}, {message}"
+
+
+def test_refusals_word_for_word(tmp_path):
+    """An empty split name, an unknown dataset and a dataset without a test split are refused in
+    these words."""
+    refusals = [
+        (lambda: load_tweets(write(tmp_path, "e.tsv", TWEET_HEADER), ""),
+         "split must be a non-empty name such as 'ct22-train'"),
+        (lambda: load_clef(write(tmp_path, "e.tsv", CLEF_HEADER), ""),
+         "split must be a non-empty name such as 'train' or 'dev-test'"),
+        (lambda: load_dataset("tweets-xx"), "unknown dataset 'tweets-xx' (known: claimbuster, clef2024, "
+         "tweets, tweets-ar, tweets-es, tweets-nl, tweets-bg, tweets-tr)"),
+        (lambda: build_splits("tweets-nl", [], 1), "tweets-nl: only a train file, no test split to calibrate "
+         "for (the lab's 2024 dev and test files are not in the project); use it as labelled data"),
+        (lambda: build_splits("x", [], 1), "unknown dataset 'x'; expected one of ['claimbuster', 'clef2024', "
+         "'tweets', 'tweets-bg', 'tweets-es', 'tweets-tr']"),
+        (lambda: build_splits(CLEF, [], 1), "clef2024: no claims with split 'train' (load that file too)"),
+    ]
+    for refuse, message in refusals:
+        with pytest.raises(ValueError) as exc:
+            refuse()
+        assert str(exc.value) == message

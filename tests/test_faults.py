@@ -212,7 +212,7 @@ def test_a_killed_calibration_is_closed_as_abandoned(use_db, db_url, owner_engin
     nobody's lock, and the next calibration to start marks it abandoned with the reason before
     computing anew. No view, server lookup, explanation or report takes the abandoned run."""
     from checkworthy.cli.main import main
-    from checkworthy.data.datasets import sha256_file
+    from checkworthy.data.hashing import sha256_file
     from checkworthy.store.audit import explain, find_claims
     from checkworthy.store.calibration_runs import ABANDONED, close_abandoned_runs
     from checkworthy.store.served_runs import newest_run

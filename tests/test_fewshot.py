@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from checkworthy.cli.main import main
-from checkworthy.data.datasets import normalise_text
+from checkworthy.data.text import normalise_text
 from checkworthy.runs.fewshot_demonstrations import pick_demonstrations
 from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, load_groups
 from checkworthy.scorers.base import OK

@@ -19,7 +19,8 @@ from sqlalchemy import text
 
 from checkworthy.config import GUIDELINES_FILE, ROOT
 from checkworthy.data import versioning
-from checkworthy.data.datasets import load_clef, normalise_text
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.text import normalise_text
 from checkworthy.scorers import registry
 from checkworthy.scorers.base import OK, Score
 from checkworthy.scorers.registry import prompt_info

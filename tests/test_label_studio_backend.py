@@ -35,8 +35,8 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.config import CODE_ROOT, load_params
-from checkworthy.data.datasets import normalise_text
 from checkworthy.data.label_studio import LABEL_CONFIG
+from checkworthy.data.text import normalise_text
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer

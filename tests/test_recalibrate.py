@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from checkworthy.data.datasets import Claim
+from checkworthy.data.records import Claim
 from checkworthy.runs import recalibration as recalibrate_module
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.recalibration import fast_run_key, find_parent, recalibrate

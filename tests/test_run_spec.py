@@ -12,7 +12,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from checkworthy.cli.main import main
-from checkworthy.data.datasets import load_clef, sha256_file
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.hashing import sha256_file
 from checkworthy.data.versioning import git_rev, package_version
 from checkworthy.runs.recalibration import fast_run_key
 from checkworthy.store.calibration_runs import insert_run, load_run

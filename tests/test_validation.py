@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from checkworthy.data import validation
-from checkworthy.data.datasets import normalise_text, sha256_file
+from checkworthy.data.hashing import sha256_file
+from checkworthy.data.text import normalise_text
 from checkworthy.runs import label_gate
 from checkworthy.runs import label_updates as labels
 from checkworthy.runs.calibration_run import run_calibration

@@ -2,7 +2,7 @@
 
 One reader for every CSV a person hands us (``calibrate``'s L and U, ``score``'s input,
 imported score files), built on the dataset loaders' record parser
-(:func:`checkworthy.data.datasets.parse_delimited`), so a wrong encoding, a NUL byte, a quoting
+(:func:`checkworthy.data.delimited.parse_delimited`), so a wrong encoding, a NUL byte, a quoting
 error, a wrong field count or an oversized field is reported the same way everywhere.
 """
 
@@ -12,8 +12,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from checkworthy.data.datasets import LoadReport, field_count_error, parse_delimited
+from checkworthy.data.delimited import field_count_error, parse_delimited
 from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, visible
+from checkworthy.data.records import LoadReport
 from checkworthy.errors import DataError
 
 #: a plain decimal number in ASCII digits: not ``nan``, ``inf``, ``1_0`` or ``٠.٥``, all of

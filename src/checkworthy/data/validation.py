@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from checkworthy.data.datasets import normalise_text
+from checkworthy.data.text import normalise_text
 
 SUITE_NAME = "checkworthy-labels"
 SUITE_VERSION = "1"

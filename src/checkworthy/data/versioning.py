@@ -19,7 +19,8 @@ from typing import NamedTuple
 import yaml
 
 from checkworthy.config import CODE_ROOT, DATA_DIR, ROOT
-from checkworthy.data.datasets import RAW_FOLDERS, sha256_file
+from checkworthy.data.datasets import RAW_FOLDERS
+from checkworthy.data.hashing import sha256_file
 
 
 class DataVersion(NamedTuple):

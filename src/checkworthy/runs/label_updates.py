@@ -26,7 +26,8 @@ from sqlalchemy import Connection, Engine
 
 from checkworthy.config import ROOT
 from checkworthy.data import validation
-from checkworthy.data.datasets import load_dataset, sha256_file
+from checkworthy.data.datasets import load_dataset
+from checkworthy.data.hashing import sha256_file
 from checkworthy.data.label_files import LabelRow, label_files_in, read_claims_csv, read_label_csv, set_aside
 from checkworthy.errors import DataError
 from checkworthy.runs.label_gate import lineage_bounds

@@ -17,7 +17,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from checkworthy.config import model_name
-from checkworthy.data.datasets import Claim, LoadReport, build_splits, load_dataset
+from checkworthy.data.datasets import load_dataset
+from checkworthy.data.records import Claim, LoadReport
+from checkworthy.data.splits import build_splits
 from checkworthy.runs.label_updates import store_file_claims
 from checkworthy.runs.scoring import score_missing_alongside
 from checkworthy.scorers.base import Scorer

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, Engine
 
-from checkworthy.data.datasets import sha256_file
+from checkworthy.data.hashing import sha256_file
 from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError, OutputUnwritable

@@ -32,15 +32,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import DATA_DIR, EMBED_DIM, EMBED_MODEL, VAR_DIR, labelled_sizes, load_params
-from checkworthy.data.datasets import (
-    CLAIMBUSTER,
-    CLEF,
-    Claim,
-    build_splits,
-    load_clef,
-    load_dataset,
-    normalise_text,
-)
+from checkworthy.data.datasets import CLAIMBUSTER, CLEF, load_clef, load_dataset
+from checkworthy.data.records import Claim
+from checkworthy.data.splits import build_splits
+from checkworthy.data.text import normalise_text
 from checkworthy.data.versioning import git_rev
 from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.scorers.classifier import (

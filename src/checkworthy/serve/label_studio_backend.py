@@ -45,7 +45,7 @@ from starlette.types import Scope
 
 from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.data import label_studio
-from checkworthy.data.datasets import sha256_file
+from checkworthy.data.hashing import sha256_file
 from checkworthy.data.label_files import read_label_csv
 from checkworthy.errors import DataError
 from checkworthy.flows.pipeline import label_update_flow

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
-from checkworthy.data.datasets import normalise_text
+from checkworthy.data.text import normalise_text
 from checkworthy.data.validation import SUITE_NAME, SuiteOutcome
 
 

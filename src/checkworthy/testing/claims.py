@@ -9,7 +9,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from checkworthy.data.datasets import Claim, load_clef
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.records import Claim
 from checkworthy.testing.datasets import raw_path
 
 #: score-like attacks on the prompt's slot (the prompt's tests, and the real model's)

@@ -28,7 +28,8 @@ from sqlalchemy import text
 
 from checkworthy.config import ROOT
 from checkworthy.data import versioning
-from checkworthy.data.datasets import load_clef, normalise_text
+from checkworthy.data.datasets import load_clef
+from checkworthy.data.text import normalise_text
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.engine import application_url

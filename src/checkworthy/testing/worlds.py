@@ -11,7 +11,8 @@ import numpy as np
 from scipy.special import expit
 from sqlalchemy import Engine
 
-from checkworthy.data.datasets import Claim, normalise_text
+from checkworthy.data.records import Claim
+from checkworthy.data.text import normalise_text
 from checkworthy.method.corrections import LabelledSet
 from checkworthy.runs.calibration_run import compute
 from checkworthy.runs.comparisons import CompareInputs
