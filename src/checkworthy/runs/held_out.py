@@ -28,10 +28,10 @@ from sqlalchemy import Engine
 
 from checkworthy.config import DATA_DIR, VAR_DIR, labelled_sizes, load_params
 from checkworthy.data.datasets import CLAIMBUSTER, CLEF, load_clef, load_dataset
+from checkworthy.data.outputs import atomic_text
 from checkworthy.data.records import Claim
 from checkworthy.data.splits import build_splits
 from checkworthy.data.text import normalise_text
-from checkworthy.data.outputs import atomic_text
 from checkworthy.method import metrics
 from checkworthy.method.drift import drift_status
 from checkworthy.method.prevalence import stored_share
