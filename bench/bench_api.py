@@ -45,12 +45,14 @@ import uvicorn
 from checkworthy.config import PARAMS_FILE, VAR_DIR, load_params, quiet_offline_env
 from checkworthy.data.datasets import load_clef
 from checkworthy.data.text import normalise_text
+from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.classifier import model_type
 from checkworthy.scorers.lora_classifier import MINILM, base_of
 from checkworthy.scorers.registry import make_scorer
-from checkworthy.serve.app import Limits, create_app
+from checkworthy.serve.app import create_app
+from checkworthy.serve.inputs import Limits
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
@@ -153,8 +155,9 @@ def measure(engine, tag: str, params: dict[str, Any], pool: list[str], counts: t
             process_url: str | None = None) -> list[dict[str, Any]]:
     """Singles and batches of 100 (``counts``), through the API and directly, each on texts never
     seen; the API in this process, or the ``checkworthy serve`` process at ``process_url``."""
-    app = create_app(engine, Selection(f"{tag}:calibration"), params, Limits(max_batch=100))
-    served = app.state.current.get()
+    app = create_app(engine, Selection(f"{tag}:calibration"), params, Limits(max_batch=100),
+                     events=FlowEvents())
+    served = app.state.api.current.get()
     with engine.begin() as conn:
         key, secret = api_keys.create_key(conn, f"{tag}-bench", "scorer")
     rows = []

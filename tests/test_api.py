@@ -25,10 +25,13 @@ from sqlalchemy import create_engine, text
 from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.data.text import normalise_text
+from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
-from checkworthy.serve.app import Limits, create_app, json_errors
+from checkworthy.serve.app import create_app
+from checkworthy.serve.inputs import Limits
+from checkworthy.serve.refusals import json_errors
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
@@ -87,7 +90,7 @@ class Server(LoopbackServer):
         params = load_params(PARAMS_FILE)
         if window is not None:
             params |= {"serving": {"window_seconds": window}}
-        super().__init__(create_app(engine, selection, params, LIMITS))
+        super().__init__(create_app(engine, selection, params, LIMITS, events=FlowEvents()))
 
 
 @pytest.fixture(scope="module")

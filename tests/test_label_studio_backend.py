@@ -37,6 +37,7 @@ from checkworthy.cli.main import main
 from checkworthy.config import CODE_ROOT, load_params
 from checkworthy.data.label_studio import LABEL_CONFIG
 from checkworthy.data.text import normalise_text
+from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
@@ -44,7 +45,6 @@ from checkworthy.serve.label_studio_backend import (
     MAX_BODY,
     WEBHOOK_SECRET_ENV,
     WEBHOOK_SECRET_HEADER,
-    LabelFlow,
     create_backend,
 )
 from checkworthy.serve.served import Selection
@@ -187,7 +187,7 @@ def ls_project(label_studio, world):
 @pytest.fixture(scope="module")
 def backend(engine, db_url, project, world, ls_project, harness):
     """Our ML backend for the project, its label updates in the scratch project."""
-    flow = LabelFlow(project["repo"], project["params"], db_url)
+    flow = FlowEvents(project["repo"], project["params"], db_url)
     server = LoopbackServer(create_backend(engine, Selection(LINEAGE), world["params"], [ls_project["id"]], flow,
                                            secret=SECRET))
     yield server

@@ -158,7 +158,8 @@ def test_a_text_in_no_detectable_language_is_kept_as_und(use_db, files):
 
 
 def test_the_api_refuses_a_text_empty_after_normalisation():
-    from checkworthy.serve.app import ApiError, Limits, check_texts
+    from checkworthy.serve.inputs import Limits, check_texts
+    from checkworthy.serve.refusals import ApiError
 
     assert check_texts([" Taxes rose. "], Limits(), "sentences") == ["Taxes rose."]
     with pytest.raises(ApiError) as got:

@@ -89,6 +89,14 @@ def test_imports_only_go_downwards():
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
+def test_serve_imports_no_flow():
+    """The API and the Label Studio backend announce through a port (``serve/ports.py``) that the
+    command line fills with the flows' implementation, so serving needs no Prefect to import."""
+    found = [f"{MODULES[src].relative_to(ROOT)}:{line}: {dst}" for src, targets in EDGES.items()
+             if layer_of(src) == "serve" for dst, line, _ in targets if layer_of(dst) == "flows"]
+    assert not found, "serve imports a flow module:\n" + "\n".join(found)
+
+
 def test_no_import_cycles():
     """Tarjan's strongly connected components over the module graph: every component is one module."""
     index: dict[str, int] = {}

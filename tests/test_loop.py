@@ -19,9 +19,10 @@ from sqlalchemy import create_engine, text
 
 from checkworthy.config import load_params
 from checkworthy.data.datasets import load_clef
+from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.own_scores import upload_dataset
 from checkworthy.serve.app import create_app
-from checkworthy.serve.label_studio_backend import WEBHOOK_SECRET_HEADER, LabelFlow, create_backend
+from checkworthy.serve.label_studio_backend import WEBHOOK_SECRET_HEADER, create_backend
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store.audit import table_counts
@@ -102,7 +103,7 @@ def test_labels_on_the_batch_version_gate_recalibrate_and_serve_the_lineage(proj
     engine, batch, env = project["engine"], project["batch"], project["env"]
     with engine.begin() as conn:
         _, key = api_keys.create_key(conn, "loop-scorer", "scorer")
-    server = LoopbackServer(create_app(engine, Selection(LINEAGE), load_params(project["params"])))
+    server = LoopbackServer(create_app(engine, Selection(LINEAGE), load_params(project["params"]), events=FlowEvents()))
 
     def served() -> dict:
         r = httpx.post(f"{server.url}/score/text", json={"text": batch[20].text},
@@ -149,7 +150,7 @@ def test_label_studio_annotation_on_a_predict_lineage_versions_it(project, harne
         before = lineages.lineage_head(conn, LINEAGE)
         claim = conn.execute(text("SELECT id FROM claims WHERE dataset = :d AND source_id = :s"),
                              {"d": project["batch_dataset"], "s": batch[25].source_id}).scalar_one()
-    flow = LabelFlow(project["repo"], project["params"], project["url"])
+    flow = FlowEvents(project["repo"], project["params"], project["url"])
     app = create_backend(engine, Selection(LINEAGE), load_params(project["params"]), [1], flow, secret=SECRET)
     server = LoopbackServer(app)
     try:

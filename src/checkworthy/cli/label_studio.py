@@ -39,9 +39,9 @@ def cmd_label_studio_backend(args: argparse.Namespace) -> int:
 
     from checkworthy.cli.serve import served_selection
     from checkworthy.errors import UsageError
+    from checkworthy.flows.api_events import FlowEvents
     from checkworthy.serve.label_studio_backend import (
         WEBHOOK_SECRET_ENV,
-        LabelFlow,
         create_backend,
         model_version,
         secret_problem,
@@ -53,10 +53,10 @@ def cmd_label_studio_backend(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(problem)
     eng, params, selection = served_selection(args)
-    app = create_backend(eng, selection, params, args.project, LabelFlow(params_path=Path(args.params)),
+    app = create_backend(eng, selection, params, args.project, FlowEvents(params_path=Path(args.params)),
                          secret=str(secret))
     try:
-        version = model_version(app.state.current.get())
+        version = model_version(app.state.backend.current.get())
     except (NotReady, ValueError) as exc:
         raise UsageError(str(exc)) from None
     print(f"Label Studio ML backend for project {', '.join(map(str, args.project))}: {version}, on "

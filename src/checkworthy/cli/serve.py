@@ -113,13 +113,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API over a lineage's newest calibration run (see docs/api.md)."""
     import uvicorn
 
-    from checkworthy.serve.app import Limits, create_app
+    from checkworthy.flows.api_events import FlowEvents
+    from checkworthy.serve.app import create_app
+    from checkworthy.serve.inputs import Limits
     from checkworthy.serve.served import NotReady
 
     eng, params, selection = served_selection(args, args.wait)
-    app = create_app(eng, selection, params, Limits(max_chars=args.max_chars, max_batch=args.max_batch))
+    app = create_app(eng, selection, params, Limits(max_chars=args.max_chars, max_batch=args.max_batch),
+                     events=FlowEvents())
     try:
-        p = app.state.current.get().provenance
+        p = app.state.api.current.get().provenance
         print(f"serving run {p['run_id']} of {p['lineage']} ({p['model']} {p['score_kind']}, k={p['k']}, "
               f"{p['correction']}/{p['interval']}) on http://{args.host}:{args.port} (docs: /docs)",
               flush=True)

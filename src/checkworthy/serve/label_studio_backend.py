@@ -24,7 +24,11 @@ Label Studio calls ``POST /setup`` when the backend is connected (and before eac
   and strings the store cannot hold (NUL, lone surrogates) are refused (422).
 
 The official ``label-studio-ml`` package is not used: its PyPI release (1.0.9, 2023) pins Flask
-1.1.2, Jinja2 3.0.3 and Werkzeug 2.0.2, which clash with our stack; the routes are few.
+1.1.2, Jinja2 3.0.3 and Werkzeug 2.0.2, which clash with our stack; the routes are few (one
+router, over one :class:`BackendState`).
+
+Annotations are evaluated (no ``from __future__ import annotations``): FastAPI reads the route
+signatures.
 """
 
 import hmac
@@ -37,23 +41,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import BackgroundTasks, Body, FastAPI
+from fastapi import APIRouter, BackgroundTasks, Body, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.data import label_studio
 from checkworthy.data.hashing import sha256_file
 from checkworthy.data.label_files import read_label_csv
 from checkworthy.errors import DataError
-from checkworthy.flows.pipeline import label_update_flow
 from checkworthy.method.selective import review_priority
 from checkworthy.runs.label_updates import check_label_file
 from checkworthy.runs.review_queue import write_label_file
 from checkworthy.runs.served_run import ServedRun
-from checkworthy.serve.app import ApiError, Check, Guard, ascii_id, check_strings, json_errors
+from checkworthy.serve.inputs import ascii_id, check_strings
+from checkworthy.serve.ports import EventSink
+from checkworthy.serve.refusals import ApiError, Check, Guard, json_errors
 from checkworthy.serve.served import CurrentRun, Selection
 from checkworthy.store.label_updates import find_update, stored_claims
 from checkworthy.store.lineages import claims_of_lineage
@@ -64,16 +68,6 @@ WEBHOOK_SECRET_ENV = "CHECKWORTHY_LS_WEBHOOK_SECRET"
 WEBHOOK_SECRET_HEADER = "X-Checkworthy-Secret"
 MIN_SECRET = 16  # characters
 MAX_BODY = 4_000_000  # bytes: a /predict of Label Studio's default batch (100 tasks) is far below
-
-
-@dataclass(frozen=True)
-class LabelFlow:
-    """Where the label-update flow works: the data project (DVC), its params file and the store
-    (None: ``DATABASE_URL``)."""
-
-    repo: Path = ROOT
-    params_path: Path = PARAMS_FILE
-    db_url: str | None = None
 
 
 def model_version(served: ServedRun) -> str:
@@ -89,7 +83,7 @@ def project_id(value: Any) -> int | None:
 def our_project(value: Any, allowed: Sequence[int], field: str) -> int:
     """The project id of ``value`` when the backend serves it, else :class:`ApiError` (403)."""
     pid = project_id(value)
-    if pid not in allowed:
+    if pid is None or pid not in allowed:
         raise ApiError(403, "other_project", f"Label Studio project {value!r} is not one this backend "
                        f"serves (--project {' '.join(map(str, allowed))})", field)
     return pid
@@ -112,10 +106,10 @@ def schema_problem(schema: str) -> str | None:
 
 
 class Annotations:
-    """Annotations checked, then applied one at a time through the label-update flow."""
+    """Annotations checked, then applied one at a time through the label-update flow (``events``)."""
 
-    def __init__(self, engine: Engine, flow: LabelFlow, projects: Sequence[int]) -> None:
-        self.engine, self.flow, self.projects = engine, flow, sorted(set(projects))
+    def __init__(self, engine: Engine, events: EventSink, projects: Sequence[int]) -> None:
+        self.engine, self.events, self.projects = engine, events, sorted(set(projects))
         self._one_at_a_time = threading.Lock()
         self._lock = threading.Lock()  # guards _pending
         self._pending: set[str] = set()
@@ -204,13 +198,9 @@ class Annotations:
         sha = sha256_file(path)
         try:
             with self._one_at_a_time:
-                out = label_update_flow(files=[str(path)], repo=str(self.flow.repo), db_url=self.flow.db_url,
-                                        params_path=str(self.flow.params_path), recalibrate_now=True)
-            for u in out["updates"]:
-                log.warning("%s: %s, %d labels appended, new heads %s, event %s", path.name, u["status"],
-                            u["n_appended"], u["new_heads"], u.get("event_id"))
-            for r in out["refused"]:
-                log.warning("%s: refused: %s", path.name, r["reason"])
+                lines = self.events.labels_annotated(path)
+            for line in lines:
+                log.warning("%s: %s", path.name, line)
         except Exception:
             log.exception("%s: the label update failed", path.name)
         finally:
@@ -288,56 +278,81 @@ def webhook_secret(secret: str) -> Check:
     return check
 
 
+@dataclass(frozen=True)
+class BackendState:
+    """What the backend's routes share (``app.state.backend``): the store, the run in force and
+    the annotations' queue."""
+
+    engine: Engine
+    current: CurrentRun
+    annotations: Annotations
+
+
+async def backend_state(request: Request) -> BackendState:
+    """The application's :class:`BackendState` (set by :func:`create_backend`)."""
+    state: BackendState = request.app.state.backend
+    return state
+
+
+Backend = Annotated[BackendState, Depends(backend_state)]
+router = APIRouter()
+
+
+@router.get("/health")
+@router.get("/")
+def health() -> dict[str, Any]:
+    """Liveness (Label Studio's connection check)."""
+    return {"status": "UP", "model_class": "checkworthy"}
+
+
+@router.post("/setup")
+def setup(body: Annotated[dict[str, Any], Body()], backend: Backend) -> dict[str, Any]:
+    """A project connects: it must be ours and its labelling configuration must fit."""
+    check_strings(body)
+    our_project(body.get("project"), backend.annotations.projects, "project")
+    problem = schema_problem(str(body.get("schema") or ""))
+    if problem:
+        raise ApiError(422, "label_config", problem, "schema")
+    return {"model_version": model_version(backend.current.get())}
+
+
+@router.get("/versions")
+def versions(backend: Backend) -> dict[str, Any]:
+    """The model version served now."""
+    return {"versions": [model_version(backend.current.get())]}
+
+
+@router.post("/predict")
+def predict(body: Annotated[dict[str, Any], Body()], backend: Backend) -> dict[str, Any]:
+    """Pre-annotations for the tasks, scored for uncertainty sampling."""
+    check_strings(body)
+    our_project(body.get("project"), backend.annotations.projects, "project")
+    tasks = body.get("tasks")
+    if not isinstance(tasks, list):
+        raise ApiError(422, "invalid", "tasks must be a list", "tasks")
+    served = backend.current.get()
+    return {"results": predictions(served, backend.engine, tasks), "model_version": model_version(served)}
+
+
+@router.post("/webhook", status_code=202)
+def webhook(body: Annotated[dict[str, Any], Body()], background: BackgroundTasks, backend: Backend) -> Any:
+    """An annotation becomes a label update (after this answer); other events are ignored."""
+    check_strings(body)
+    return backend.annotations.receive(body, backend.current.get().lineage, background)
+
+
 def create_backend(engine: Engine, selection: Selection, params: Mapping[str, Any], projects: Sequence[int],
-                   flow: LabelFlow = LabelFlow(), *, secret: str, max_body: int = MAX_BODY) -> FastAPI:
-    """The ML backend for Label Studio ``projects`` over the runs ``selection`` names; webhooks
-    need ``secret`` (:func:`secret_problem` says why one is refused: ValueError)."""
+                   events: EventSink, *, secret: str, max_body: int = MAX_BODY) -> FastAPI:
+    """The ML backend for Label Studio ``projects`` over the runs ``selection`` names; an
+    annotation's label update goes to ``events``; webhooks need ``secret`` (:func:`secret_problem`
+    says why one is refused: ValueError)."""
     problem = secret_problem(secret)
     if problem:
         raise ValueError(problem)
     app = FastAPI(title="checkworthy ML backend for Label Studio", version="1")
     app.add_middleware(Guard, max_body=max_body, check=webhook_secret(secret))
     json_errors(app)
-    current = CurrentRun(engine, selection, params)
-    annotations = Annotations(engine, flow, projects)
-    app.state.current, app.state.annotations = current, annotations
-
-    @app.get("/health")
-    @app.get("/")
-    def health() -> dict[str, Any]:
-        """Liveness (Label Studio's connection check)."""
-        return {"status": "UP", "model_class": "checkworthy"}
-
-    @app.post("/setup")
-    def setup(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-        """A project connects: it must be ours and its labelling configuration must fit."""
-        check_strings(body)
-        our_project(body.get("project"), annotations.projects, "project")
-        problem = schema_problem(str(body.get("schema") or ""))
-        if problem:
-            raise ApiError(422, "label_config", problem, "schema")
-        return {"model_version": model_version(current.get())}
-
-    @app.get("/versions")
-    def versions() -> dict[str, Any]:
-        """The model version served now."""
-        return {"versions": [model_version(current.get())]}
-
-    @app.post("/predict")
-    def predict(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-        """Pre-annotations for the tasks, scored for uncertainty sampling."""
-        check_strings(body)
-        our_project(body.get("project"), annotations.projects, "project")
-        tasks = body.get("tasks")
-        if not isinstance(tasks, list):
-            raise ApiError(422, "invalid", "tasks must be a list", "tasks")
-        served = current.get()
-        return {"results": predictions(served, engine, tasks), "model_version": model_version(served)}
-
-    @app.post("/webhook", status_code=202)
-    def webhook(body: Annotated[dict[str, Any], Body()], background: BackgroundTasks) -> Any:
-        """An annotation becomes a label update (after this answer); other events are ignored."""
-        check_strings(body)
-        return annotations.receive(body, current.get().lineage, background)
-
+    app.state.backend = BackendState(engine, CurrentRun(engine, selection, params),
+                                     Annotations(engine, events, projects))
+    app.include_router(router)
     return app

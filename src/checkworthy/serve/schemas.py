@@ -70,3 +70,7 @@ class ScoreOut(BaseModel):
 
 class ErrorOut(BaseModel):
     error: dict[str, Any]
+
+
+#: the refusals the routes document, each one :class:`ErrorOut`
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 413, 422, 503)}
