@@ -11,10 +11,10 @@ import argparse
 import math
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from checkworthy.data.outputs import cannot_create_in
 from checkworthy.errors import UsageError
 
 #: a lineage name a person gives (``--name``): safe in a URL and a shell, and never one of the
@@ -109,8 +109,9 @@ def run_ids(given: str, prefix: str = "") -> list[int]:
 def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:
     """Why ``out`` cannot be written as a new file (None when it can): a directory or another
     non-regular file (a device, a pipe), a missing folder, a folder where no file can be created
-    (read-only, ``/proc``, ``/sys``: tried, see :func:`_cannot_create_in`), or one of the command's
-    input files. Every command with an output file asks this before it stores anything."""
+    (read-only, ``/proc``, ``/sys``: tried, see :func:`~checkworthy.data.outputs.cannot_create_in`),
+    or one of the command's input files. Every command with an output file asks this before it
+    stores anything."""
     path = Path(out)
     if path.is_dir():
         return f"{option} {out}: is a directory; name a file"
@@ -123,7 +124,7 @@ def output_file(option: str, out: str, inputs: Sequence[str]) -> str | None:
         return f"{option} {out}: no such directory {folder}; create it first"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"{option} {out}: the directory {folder} is not writable"
-    why = _cannot_create_in(folder)
+    why = cannot_create_in(folder)
     if why:
         return f"{option} {out}: no file can be created in {folder} ({why}); write the output elsewhere"
     for given in inputs:
@@ -145,19 +146,7 @@ def output_dir(option: str, out: str) -> str | None:
         return f"{option} {out}: {existing} is a file, so no folder can be made under it"
     if existing not in (path, path.parent):
         return f"{option} {out}: no such directory {path.parent}; create it first"
-    why = _cannot_create_in(existing)
+    why = cannot_create_in(existing)
     if why:
         return f"{option} {out}: nothing can be created in {existing} ({why}); write the output elsewhere"
-    return None
-
-
-def _cannot_create_in(folder: Path) -> str | None:
-    """Why no file can be created in ``folder`` (None when one can), found by creating and removing
-    one: permission bits do not tell for root, a read-only mount or a pseudo file system."""
-    try:
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".checkworthy-", suffix=".tmp")
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    os.close(fd)
-    os.unlink(name)
     return None

@@ -21,6 +21,7 @@ import yaml
 from checkworthy.config import CODE_ROOT, DATA_DIR, ROOT
 from checkworthy.data.datasets import RAW_FOLDERS
 from checkworthy.data.hashing import sha256_file
+from checkworthy.data.outputs import atomic_bytes
 
 
 class DataVersion(NamedTuple):
@@ -128,7 +129,6 @@ def place_in_data(path: Path, repo: Path = ROOT, sub: str = "labels") -> Path:
     if dest.exists() and sha256_file(dest) != sha256_file(path):
         dest = folder / f"{path.stem}-{sha256_file(path)[:12]}{path.suffix}"
     if not dest.exists():
-        tmp = dest.with_suffix(dest.suffix + ".tmp")
-        shutil.copyfile(path, tmp)
-        tmp.replace(dest)
+        with open(path, "rb") as src, atomic_bytes(dest) as fh:
+            shutil.copyfileobj(src, fh)
     return dest

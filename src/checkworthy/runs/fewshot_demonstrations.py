@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from checkworthy.data.outputs import replace_text
 from checkworthy.runs.train_classifier import DEFAULT_EXCLUDE, build_training_set, load_groups
 from checkworthy.scorers.fewshot_prompt import DEFAULT_DEMONSTRATIONS, fewshot_claim
 
@@ -44,9 +45,7 @@ def write_demonstrations(n: int, seed: int, n_per_class: Mapping[str, int | None
     data = {"made_by": made_by or f"checkworthy demonstrations --n {n} --seed {seed}",
             "excluded": list(exclude), "training_fingerprint": ts.fingerprint,
             "shots": [{"text": t, "label": y} for t, y in shots]}
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text("# Few-shot demonstrations for embedded:gemma3-270m-fewshot (scorers/fewshot_prompt.py).\n"
-                   "# Editable; every edit is a new prompt version. Made by the command in made_by.\n"
-                   + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8")
-    tmp.replace(out)
+    header = ("# Few-shot demonstrations for embedded:gemma3-270m-fewshot (scorers/fewshot_prompt.py).\n"
+              "# Editable; every edit is a new prompt version. Made by the command in made_by.\n")
+    replace_text(out, header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000))
     return data

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +30,7 @@ from numpy.typing import NDArray
 
 from checkworthy.config import DATA_DIR, EMBED_DIM, EMBED_MODEL, VAR_DIR, labelled_sizes, load_params
 from checkworthy.data.datasets import CLAIMBUSTER, CLEF, load_clef, load_dataset
+from checkworthy.data.outputs import atomic_bytes, atomic_folder, replace_text
 from checkworthy.data.records import Claim
 from checkworthy.data.splits import build_splits
 from checkworthy.data.text import normalise_text
@@ -201,9 +199,9 @@ def embed_cached(texts: Sequence[str], cache: Path | None = None, embedder: Embe
         block = missing[start: start + CACHE_BLOCK]
         known.update(zip([h for h, _ in block], embedder([t for _, t in block])))
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, hashes=np.array(list(known)), vectors=np.stack(list(known.values())).astype(np.float32))
-        tmp.replace(cache)
+        vectors = np.stack(list(known.values())).astype(np.float32)
+        with atomic_bytes(cache) as fh:
+            np.savez(fh, hashes=np.array(list(known)), vectors=vectors)
     if not hashes:
         return np.zeros((0, EMBED_DIM), np.float32)
     return np.stack([known[h] for h in hashes]).astype(np.float32)
@@ -226,20 +224,10 @@ def save_artefact(name: str, coef: NDArray[np.float64], intercept: float, manife
     manifest = {"format_version": FORMAT_VERSION, "name": name, "version": version,
                 "head": {"file": "head.json", "sha256": sha, "bytes": len(data)}, **manifest}
     target = root / name / version
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; artefacts are read by other users (containers)
-    try:
+    with atomic_folder(target) as tmp:
         (tmp / "head.json").write_bytes(data)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    latest = target.parent / "LATEST"
-    latest.with_suffix(".tmp").write_text(version + "\n")
-    latest.with_suffix(".tmp").replace(latest)
+    replace_text(target.parent / "LATEST", version + "\n")
     return target
 
 

@@ -19,8 +19,6 @@ command that made the artefact is written into its ``.dvc`` file.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ import yaml
 from numpy.typing import NDArray
 
 from checkworthy.config import ROOT
+from checkworthy.data.outputs import place_folder, replace_text, staging_folder
 from checkworthy.data.versioning import dvc_in, git_rev
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.runs.train_classifier import TrainingData, TrainingSet, evaluate, leakage_free_set
@@ -149,16 +148,32 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, 
     adapter. ``targets``: a teacher's P(check-worthy) of each text, learnt instead of the labels
     (distillation: the cross-entropy against the teacher's two-class distribution); the epoch is
     still chosen by the held-back texts' labels."""
-    import copy
+    import torch
 
+    torch.manual_seed(seed)
+    encoder, head, tok, rank = _start(spec, init)
+    tr, va = _split(labels, spec.val_share, seed)
+    y = torch.tensor(np.asarray(labels), dtype=torch.long, device=spec.device)
+    soft = None if targets is None else torch.tensor(np.asarray(targets, dtype=np.float32),
+                                                     device=spec.device)
+    run = _Training(encoder, head, tok, spec.model_base, spec.device, texts, y, soft)
+    history, (lora_state, head_state) = _epochs(run, spec, tr, va, seed, echo)
+    encoder.load_state_dict(lora_state, strict=False)
+    head.load_state_dict(head_state)
+    encoder.to("cpu")
+    head.to("cpu")
+    return encoder, head, _hyperparameters(spec, rank, history, (len(tr), len(va)), seed, init, targets)
+
+
+def _start(spec: FineTuning, init: Path | None) -> tuple[Any, Any, Any, int]:
+    """The encoder with its adapter (fresh, or ``init``'s to continue from), the head, both on
+    ``spec``'s device, the tokenizer and the adapter's rank. Draws from torch's seeded generator in
+    a fixed order (the head, then a fresh adapter)."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from safetensors.torch import load_file
-    from transformers import get_linear_schedule_with_warmup
 
-    base, device, rank, epochs = spec.model_base, spec.device, spec.rank, spec.epochs
-    lr, head_lr, batch_size, val_share = spec.lr, spec.head_lr, spec.batch_size, spec.val_share
-    torch.manual_seed(seed)
+    base, rank = spec.model_base, spec.rank
     model, tok = load_base(base)
     head = torch.nn.Linear(base.hidden_size, 2)
     if init is None:
@@ -168,73 +183,123 @@ def fine_tune(texts: Sequence[str], labels: Sequence[int], spec: FineTuning, *, 
         encoder = PeftModel.from_pretrained(model, str(init), is_trainable=True)
         rank = encoder.peft_config["default"].r
         head.load_state_dict(load_file(str(init / "head.safetensors")))
-    encoder = encoder.to(device)
+    encoder = encoder.to(spec.device)
     encoder.peft_config["default"].base_model_name_or_path = base.model  # not this machine's path
-    head = head.to(device)
-    tr, va = _split(labels, val_share, seed)
-    y = torch.tensor(np.asarray(labels), dtype=torch.long, device=device)
-    soft = None if targets is None else torch.tensor(np.asarray(targets, dtype=np.float32), device=device)
-    adapter = [p for p in encoder.parameters() if p.requires_grad]
-    groups = [{"params": adapter, "lr": lr}, {"params": list(head.parameters()), "lr": head_lr}]
-    opt = torch.optim.AdamW(groups, weight_decay=0.01)
-    steps = epochs * int(np.ceil(len(tr) / batch_size))
-    sched = get_linear_schedule_with_warmup(opt, int(0.06 * steps), steps)
-    gen = torch.Generator().manual_seed(seed)
+    return encoder, head.to(spec.device), tok, rank
 
-    def batch_of(idx: np.ndarray) -> dict[str, Any]:
-        return {k: v.to(device) for k, v in encode(tok, base, [texts[i] for i in idx]).items()}
 
-    def batch_logits(idx: np.ndarray) -> Any:
-        return logits(encoder, head, batch_of(idx), pooling=base.pooling)
+#: the adapter's and the head's weights (``state_dict``)
+Weights = tuple[dict[str, Any], dict[str, Any]]
 
-    def val_loss() -> float:
-        encoder.eval()
-        head.eval()
-        total = 0.0
-        with torch.inference_mode():
-            for s in range(0, len(va), 128):
-                idx = va[s: s + 128]
-                total += float(torch.nn.functional.cross_entropy(batch_logits(idx), y[idx], reduction="sum"))
-        return total / len(va)
 
-    lengths = np.array([len(t) for t in texts])
-    history: list[dict[str, float]] = []
-    best: tuple[float, Any, Any] | None = None
-    for epoch in range(1, epochs + 1):
-        encoder.train()
-        head.train()
-        t0 = time.monotonic()
+@dataclass(frozen=True)
+class _Training:
+    """What a fine-tuning works on: the adapted encoder and head (on ``device``), the tokenizer,
+    the base, the texts, their labels ``y`` and, when distilling, the teacher's ``soft`` targets
+    (tensors on ``device``)."""
+
+    encoder: Any
+    head: Any
+    tok: Any
+    base: Base
+    device: str
+    texts: Sequence[str]
+    y: Any
+    soft: Any | None
+
+    def logits(self, idx: np.ndarray) -> Any:
+        """The model's two-class logits of the texts ``idx``."""
+        batch = encode(self.tok, self.base, [self.texts[i] for i in idx])
+        return logits(self.encoder, self.head, {k: v.to(self.device) for k, v in batch.items()},
+                      pooling=self.base.pooling)
+
+    def train_pass(self, batches: list[np.ndarray], opt: Any, sched: Any) -> float:
+        """One pass over ``batches``, a step each; the summed training log-loss."""
+        import torch
+
+        self.encoder.train()
+        self.head.train()
         running = 0.0
-        for idx in length_batches(tr, lengths, batch_size, gen):
-            target = y[idx] if soft is None else torch.stack([1 - soft[idx], soft[idx]], dim=1)
-            loss = torch.nn.functional.cross_entropy(batch_logits(idx), target)
+        for idx in batches:
+            soft = self.soft
+            target = self.y[idx] if soft is None else torch.stack([1 - soft[idx], soft[idx]], dim=1)
+            loss = torch.nn.functional.cross_entropy(self.logits(idx), target)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
             running += loss.item() * len(idx)
-        vl = val_loss()
+        return running
+
+    def val_loss(self, va: np.ndarray) -> float:
+        """The mean log-loss of the held-back texts ``va`` against their labels."""
+        import torch
+
+        self.encoder.eval()
+        self.head.eval()
+        total = 0.0
+        with torch.inference_mode():
+            for s in range(0, len(va), 128):
+                idx = va[s: s + 128]
+                loss = torch.nn.functional.cross_entropy(self.logits(idx), self.y[idx], reduction="sum")
+                total += float(loss)
+        return total / len(va)
+
+    def snapshot(self) -> Weights:
+        """Copies of the adapter's and the head's weights (the best epoch's, kept)."""
+        import copy
+
+        lora_state = {k: v.detach().clone() for k, v in self.encoder.state_dict().items() if "lora_" in k}
+        return lora_state, copy.deepcopy(self.head.state_dict())
+
+
+def _epochs(run: _Training, spec: FineTuning, tr: np.ndarray, va: np.ndarray, seed: int,
+            echo: Callable[[str], None]) -> tuple[list[dict[str, float]], Weights]:
+    """``spec.epochs`` passes over ``tr`` (AdamW, linear schedule with 6% warm-up, length-sorted
+    batches drawn with ``seed``); each epoch's losses, and the weights of the epoch with the lowest
+    validation log-loss."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    adapter = [p for p in run.encoder.parameters() if p.requires_grad]
+    groups = [{"params": adapter, "lr": spec.lr}, {"params": list(run.head.parameters()), "lr": spec.head_lr}]
+    opt = torch.optim.AdamW(groups, weight_decay=0.01)
+    steps = spec.epochs * int(np.ceil(len(tr) / spec.batch_size))
+    sched = get_linear_schedule_with_warmup(opt, int(0.06 * steps), steps)
+    gen = torch.Generator().manual_seed(seed)
+    lengths = np.array([len(t) for t in run.texts])
+    history: list[dict[str, float]] = []
+    best: tuple[float, Weights] | None = None
+    for epoch in range(1, spec.epochs + 1):
+        t0 = time.monotonic()
+        running = run.train_pass(length_batches(tr, lengths, spec.batch_size, gen), opt, sched)
+        vl = run.val_loss(va)
         history.append({"epoch": epoch, "train_log_loss": round(running / len(tr), 5),
                         "val_log_loss": round(vl, 5), "seconds": round(time.monotonic() - t0, 1)})
         echo(f"epoch {epoch}: {history[-1]}")
         if best is None or vl < best[0]:
-            lora_state = {k: v.detach().clone() for k, v in encoder.state_dict().items() if "lora_" in k}
-            best = (vl, lora_state, copy.deepcopy(head.state_dict()))
+            best = (vl, run.snapshot())
     assert best is not None
-    encoder.load_state_dict(best[1], strict=False)
-    head.load_state_dict(best[2])
-    encoder.to("cpu")
-    head.to("cpu")
-    hyper = {"rank": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.1, "target_modules": base.target_modules,
-             "epochs": epochs, "lr": lr, "head_lr": head_lr, "batch_size": batch_size, "weight_decay": 0.01,
-             "schedule": "linear, 6% warm-up", "max_tokens": MAX_TOKENS, "val_share": val_share,
-             "epoch_selection": "lowest validation log-loss (held back from the training texts)",
-             "history": history, "chosen_epoch": min(history, key=lambda h: h["val_log_loss"])["epoch"],
-             "n_train": len(tr), "n_val": len(va), "seed": seed,
-             "targets": "labels" if targets is None else "a teacher's P(check-worthy) (distillation)",
-             "continued_from": None if init is None else f"{init.parent.name}@{init.name}",
-             "device": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else str(device)}
-    return encoder, head, hyper
+    return history, best[1]
+
+
+def _hyperparameters(spec: FineTuning, rank: int, history: list[dict[str, float]], sizes: tuple[int, int],
+                     seed: int, init: Path | None, targets: Sequence[float] | None) -> dict[str, Any]:
+    """The manifest's record of how the adapter was trained (``sizes``: the training and
+    validation texts)."""
+    import torch
+
+    base, device = spec.model_base, spec.device
+    return {"rank": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.1, "target_modules": base.target_modules,
+            "epochs": spec.epochs, "lr": spec.lr, "head_lr": spec.head_lr, "batch_size": spec.batch_size,
+            "weight_decay": 0.01, "schedule": "linear, 6% warm-up", "max_tokens": MAX_TOKENS,
+            "val_share": spec.val_share,
+            "epoch_selection": "lowest validation log-loss (held back from the training texts)",
+            "history": history, "chosen_epoch": min(history, key=lambda h: h["val_log_loss"])["epoch"],
+            "n_train": sizes[0], "n_val": sizes[1], "seed": seed,
+            "targets": "labels" if targets is None else "a teacher's P(check-worthy) (distillation)",
+            "continued_from": None if init is None else f"{init.parent.name}@{init.name}",
+            "device": torch.cuda.get_device_name(device) if str(device).startswith("cuda") else str(device)}
 
 
 @dataclass(frozen=True)
@@ -275,22 +340,14 @@ def save_artefact(name: str, write: Callable[[Path], dict[str, str]], manifest: 
     if not name or "/" in name or "@" in name or name.startswith("."):
         raise ValueError(f"bad classifier name {name!r}")
     base = root / name
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".lora.", dir=base))
-    tmp.chmod(0o755)
-    try:
+    with staging_folder(base) as tmp:
         files = write(tmp)
         version = sha256_bytes("".join(files[f] for f in sorted(files)).encode())[:12]
         manifest = {**manifest, "name": name, "version": version, "files": files}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         target = base / version
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    (base / "LATEST.tmp").write_text(version + "\n")
-    (base / "LATEST.tmp").replace(base / "LATEST")
+        place_folder(tmp, target)
+    replace_text(base / "LATEST", version + "\n")
     return target
 
 

@@ -10,12 +10,12 @@ only after it (the hub reads its offline switch when first imported).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from checkworthy.config import quiet_offline_env
+from checkworthy.data.outputs import atomic_folder
+from checkworthy.errors import OutputUnwritable
 
 
 def cache_dir() -> Path:
@@ -75,14 +75,10 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        tokenizer.save_pretrained(tmp)
-        model.save_pretrained(tmp)
-        tmp.rename(target)
-    except OSError:
+        with atomic_folder(target, replace=False) as tmp:  # a parallel loader's copy, if first, stays
+            tokenizer.save_pretrained(tmp)
+            model.save_pretrained(tmp)
+    except OutputUnwritable:
         if not (target / "config.json").exists():
             raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

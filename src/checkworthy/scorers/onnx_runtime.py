@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from checkworthy.data.outputs import atomic_folder
 from checkworthy.scorers.gguf_weights import cache_dir
 
 #: the exported graph's inputs (token ids and attention mask, int64, batch x tokens) and output
@@ -102,19 +101,13 @@ def cached_model(folder: Path, export: Callable[[Path], None], precision: str) -
 def build(folder: Path, export: Callable[[Path], None], precision: str) -> None:
     """Export (and quantise) in a temporary folder beside ``folder``, then rename it onto ``folder``
     (a corrupt build there is replaced whole)."""
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
+    with atomic_folder(folder) as tmp:
         graph = tmp / ("fp32.onnx" if precision == "int8" else MODEL_FILE)
         export(graph)
         if precision == "int8":
             quantise(graph, tmp / MODEL_FILE)
             graph.unlink()
         (tmp / SHA_FILE).write_text(file_sha256(tmp / MODEL_FILE) + "\n")
-        tmp.chmod(0o755)
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def export_graph(module: Any, example: dict[str, Any], path: Path, output: str = OUTPUT) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Row, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.calibration_runs import RESULT_COLUMNS
+from checkworthy.store.copy_records import ColumnType, RecordDecoder, Records
 from checkworthy.store.engine import local_settings
 from checkworthy.store.knn import SCORED_AND_EMBEDDED, key_params, pair_distances
 from checkworthy.store.rows import ScoreKey, bigint_array
@@ -95,77 +96,29 @@ def pools(conn: Connection, new_label_set_id: int, old_label_set_id: int, key: S
 
 
 def parent_blocks(conn: Connection, parent_run_id: int, k: int, block: int,
-                  embed_model: str | None = None) -> Iterator[np.ndarray]:
+                  embed_model: str | None = None) -> Iterator[Records]:
     """The parent run's rows (with ``embed_model``: and each target's vector), in arrival order, as
     structured arrays of up to ``block`` records: ``id``, ``score``, ``n0..`` (neighbour ids),
     ``d0..`` (distances), ``v`` (the big-endian float32 vector).
 
-    One binary COPY: every record has the same size (k neighbours, no NULLs, one vector
-    dimension), so numpy reads a block of records at once, with no Python object per row. The
-    connection is busy until the generator is exhausted: use another one meanwhile.
+    One binary COPY of fixed-size records (k neighbours, no NULLs, one vector dimension), decoded
+    by :class:`~checkworthy.store.copy_records.RecordDecoder`. The connection is busy until the
+    generator is exhausted: use another one meanwhile.
     """
     cols = ", ".join([f"r.neighbour_ids[{i}]" for i in range(1, k + 1)]
                      + [f"r.neighbour_distances[{i}]" for i in range(1, k + 1)])
     sql = (PARENT_VECTORS_COPY if embed_model else PARENT_COPY).format(neighbours=cols)
     params = (embed_model, parent_run_id) if embed_model else (parent_run_id,)
-    fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = [
-        ("nf", ">i2"), ("l_id", ">i4"), ("id", ">i8"), ("l_sc", ">i4"), ("score", ">f8")]
-    fields += [x for i in range(k) for x in ((f"l_n{i}", ">i4"), (f"n{i}", ">i8"))]
-    fields += [x for i in range(k) for x in ((f"l_d{i}", ">i4"), (f"d{i}", ">f8"))]
-    n_fields = 2 + 2 * k + (1 if embed_model else 0)
-    dt: np.dtype | None = None
-    buf = bytearray()
-
-    def start(final: bool) -> np.dtype | None:
-        """Strip the stream header and fix the record layout (its vector dimension is in the
-        first record); None while too few bytes have arrived to do so."""
-        nonlocal fields
-        if len(buf) < 19 or len(buf) < 19 + int.from_bytes(buf[15:19], "big"):
-            if final:
-                raise RuntimeError("unexpected COPY stream of the parent run")
-            return None
-        if not buf.startswith(b"PGCOPY\n\xff\r\n\x00"):
-            raise RuntimeError("unexpected COPY stream of the parent run")
-        head = 19 + int.from_bytes(buf[15:19], "big")
-        at = head + np.dtype(fields).itemsize + 4  # the first record's vector dimension
-        if embed_model and len(buf) >= at + 2:
-            dim = int.from_bytes(buf[at:at + 2], "big")
-            fields += [("l_v", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))]
-        elif embed_model and not final:
-            return None
-        del buf[:head]
-        return np.dtype(fields)
-
-    def take(n: int) -> np.ndarray:
-        """The first n records of the buffer, checked; the buffer starts afresh with the rest."""
-        nonlocal buf
-        assert dt is not None
-        rows = np.frombuffer(buf, dtype=dt, count=n)  # a view: the buffer is not copied
-        buf = buf[n * dt.itemsize:]
-        lengths = [rows[f] for f in dt.names or () if f.startswith("l_") and f != "l_v"]
-        if (rows["nf"] != n_fields).any() or any((x != 8).any() for x in lengths):
-            raise RuntimeError("the parent run's rows have NULLs or another k")
-        if embed_model and (rows["dim"] != rows["v"].shape[1]).any():
-            raise RuntimeError("target vectors of different dimensions")
-        return rows
-
+    columns: list[tuple[str, ColumnType]] = [("id", "int8"), ("score", "float8")]
+    columns += [(f"n{i}", "int8") for i in range(k)] + [(f"d{i}", "float8") for i in range(k)]
+    columns += [("v", "vector")] if embed_model else []
+    decoder = RecordDecoder(columns, "the parent run")
     settings = parent_read_settings(conn, parent_run_id) if embed_model else PARENT_READ_SETTINGS
     with (local_settings(conn, settings), _driver(conn).cursor() as cur,
           cur.copy(sql, params) as cp):
         for message in cp:
-            buf += message
-            if dt is None and (dt := start(final=False)) is None:
-                continue
-            if len(buf) >= block * dt.itemsize:
-                yield take(block)
-    if dt is None:
-        dt = start(final=True)
-        assert dt is not None
-    n, rest = divmod(len(buf) - 2, dt.itemsize)
-    if rest or buf[-2:] != b"\xff\xff":
-        raise RuntimeError("the parent run's rows have NULLs or another k")
-    if n:
-        yield take(n)
+            yield from decoder.feed(message, block)
+    yield from decoder.finish()
 
 
 def parent_read_settings(conn: Connection, parent_run_id: int) -> dict[str, str]:
