@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Row, text
 
 from checkworthy.method.nnppi import NNPPIResult
 from checkworthy.store.calibration_runs import RESULT_COLUMNS
-from checkworthy.store.copy_records import ColumnType, RecordDecoder, Records
+from checkworthy.store.copy_records import HEADER, SIGNATURE, TRAILER, ColumnType, RecordDecoder, Records
 from checkworthy.store.engine import local_settings
 from checkworthy.store.knn import SCORED_AND_EMBEDDED, key_params, pair_distances
 from checkworthy.store.rows import ScoreKey, bigint_array
@@ -72,9 +72,6 @@ COPY_KEPT_SQL = text(
         FROM calibrated_results r WHERE r.run_id = :p AND r.claim_id = ANY(CAST(:keep AS bigint[]))"""
 )
 
-#: header and trailer of a binary COPY stream (no flags, no header extension)
-COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-COPY_TRAILER = b"\xff\xff"
 #: type oids of the array elements (``array_recv`` checks them): int8, float8
 INT8_OID, FLOAT8_OID = 20, 701
 
@@ -205,4 +202,5 @@ def copy_results(conn: Connection, run_id: int, claim_ids: NDArray[np.int64], re
     raw = _driver(conn)
     sql = f"COPY calibrated_results ({', '.join(RESULT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
     with raw.cursor() as cur, cur.copy(sql) as cp:
-        cp.write(COPY_SIGNATURE + rec.tobytes() + COPY_TRAILER)
+        # the header: no flags, no extension
+        cp.write(SIGNATURE + bytes(HEADER - len(SIGNATURE)) + rec.tobytes() + TRAILER)
