@@ -17,17 +17,14 @@ import sys
 import threading
 import traceback
 
-# imported once here rather than in each child (none starts a thread): the slow imports of some
-# invocations (torch and the sentence encoder, the servers, Prefect) and what every one imports first
+# imported once here rather than in each child (none starts a thread): the slow libraries some
+# invocations use (torch and the sentence encoder, Prefect, the servers) and the command line; only
+# its entry point of the package, so that a refactor moving the modules under it needs no change here
+import prefect  # noqa: F401
 import sentence_transformers  # noqa: F401
 import uvicorn  # noqa: F401
 
 import checkworthy.cli.main  # noqa: F401
-import checkworthy.flows.pipeline  # noqa: F401
-import checkworthy.report.console  # noqa: F401
-import checkworthy.runs.own_scores  # noqa: F401
-import checkworthy.runs.predict  # noqa: F401
-import checkworthy.serve.label_studio_backend  # noqa: F401
 
 
 def exit_status(code: object) -> int:
