@@ -25,7 +25,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.review_queue import entries_of_run
-from checkworthy.store.run_spec import RunContext, RunSpec
+from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 from checkworthy.testing.claims import clef_claims, write_csv
 from checkworthy.testing.scorers import SlowHashScorer
 from checkworthy.testing.worlds import Scenario, build_scenario
@@ -97,13 +97,13 @@ def test_incremental_recalibration_figures_are_pinned(engine):
     s = build_scenario(engine, "pinned-recal", n_lab=50, n_unl=20, offset=100, seed=6)
     with engine.begin() as conn:
         base = store.create_label_set(conn, f"{s.name}:L", s.lab_ids[:44])
-    parent = run_calibration(engine, RunSpec(f"{s.name}:U", tuple(s.unl_ids), base, s.key, 5))
+    parent = run_calibration(engine, RunSpec(f"{s.name}:U", tuple(s.unl_ids), base, s.key, RunMethods(5)))
     with engine.begin() as conn:
         flip = s.lab_ids[3:5]
         cur = store.current_labels(conn, flip)
         store.append_labels(conn, flip, [1 - cur[i] for i in flip], "pinned:correction")
         new = store.create_label_set(conn, f"{s.name}:L", s.lab_ids[1:])
-    out = recalibrate(engine, RunSpec(f"{s.name}:U", tuple(s.unl_ids), new, s.key, 5), parent_run_id=parent)
+    out = recalibrate(engine, RunSpec(f"{s.name}:U", tuple(s.unl_ids), new, s.key, RunMethods(5)), parent_run_id=parent)
     assert out.mode == "incremental"
     check("incremental", stored(engine, out.run_id) | {"recomputed": len(out.recomputed)})
 

@@ -79,7 +79,7 @@ from checkworthy.method.predictor_choice import (
     fit_correction,
     fit_predictor,
 )
-from checkworthy.runs.calibration_run import labelled_pool, neighbour_columns
+from checkworthy.runs.calibration import labelled_pool, neighbour_columns
 from checkworthy.store.comparisons import (
     comparison_run,
     find_comparison,

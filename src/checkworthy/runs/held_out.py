@@ -46,7 +46,7 @@ from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
-from checkworthy.store.run_spec import DEFAULT_CORRECTION
+from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord
 
 #: predictors compared by default: (model spec, score kind)
 DEFAULT_PREDICTORS = (
@@ -234,8 +234,8 @@ def evaluate_held_out(
                                         target.with_suffix(".csv"), rec, (scorer, prompt))
                 with engine.connect() as conn:
                     rows = {r["source_id"]: r for r in load_results(conn, outcome.run_id)}
-                    stored = load_run(conn, outcome.run_id)["params"]
-                    share = prevalence_figures(stored.get("prevalence"), float(y.mean()))
+                    stored = RunRecord.of(load_run(conn, outcome.run_id))
+                    share = prevalence_figures(stored.prevalence, float(y.mean()))
                     if event.dataset not in chosen_by.setdefault(label, {}):
                         chosen_by[label][event.dataset] = labelled_auc(conn, outcome.run_id)
                 res = [rows[r.id] for r in unl]
