@@ -108,7 +108,7 @@ def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(en
     w = world
     spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5, knn="hnsw"))
     parent = run_calibration(engine, spec)
-    exact_parent = run_calibration(engine, replace(spec, knn="exact"))
+    exact_parent = run_calibration(engine, replace(spec, methods=replace(spec.methods, knn="exact")))
     with engine.begin() as conn:
         new_ids = store.store_claims_with_labels(conn, [store.NewClaim(w.tag, "train", c.source_id, c.text, 1)
                                                         for c in w.extra[:10]], "test")
@@ -117,8 +117,8 @@ def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(en
     new_spec = RunSpec(w.target, spec.claim_ids, ls1, w.key, RunMethods(5, knn="hnsw"))
     with engine.connect() as conn:  # each path only ever continues a run of its own path
         assert find_parent(conn, new_spec) == parent
-        assert find_parent(conn, replace(new_spec, ef_search=40)) is None
-        assert find_parent(conn, replace(new_spec, knn="exact")) == exact_parent
+        assert find_parent(conn, replace(new_spec, methods=replace(new_spec.methods, ef_search=40))) is None
+        assert find_parent(conn, replace(new_spec, methods=replace(new_spec.methods, knn="exact"))) == exact_parent
     out = recalibrate(engine, new_spec, parent_run_id=exact_parent)  # the wrong path's run is not taken
     with engine.connect() as conn:
         run = load_run(conn, out.run_id)

@@ -12,7 +12,7 @@ Besides the paper's NN-PPI (``z`` + ``paper``, the default), a run may use any i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,7 @@ def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure:
     t = m.threshold
     p = share_positive(pool.labels, nnppi.decide(pool.scores, t), nnppi.decide(c, t), m.alpha)
     p = under_drift(p) if unlike_labelled(figure) else p
-    return {"prevalence": p.as_dict() | {"from": "raw score"}}
+    return p.as_dict() | {"from": "raw score"}
 
 
 
@@ -83,17 +83,17 @@ class Batch:
         return neighbour_weights(self.neighbour_positions[self.status == CALM], n_labelled)
 
 
-def review_params(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Batch,
+def review_figure(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Batch,
                   threshold: float) -> dict[str, Any]:
     """The decide-or-review rule chosen on L (leave-one-out theta), certified on the labelled claims
     like the batch (:meth:`Batch.weights`), and the share of the batch it decides automatically
-    (none that drift holds back), as stored in the run's ``params->'review'``."""
+    (none that drift holds back), as the run records it (:attr:`RunRecord.review`)."""
     m = spec.methods
     rule = fit_review(theta_l, y_l, threshold, m.review_risk, m.max_risk, m.delta,
                       weights=batch.weights(len(y_l)))
     theta, status = batch.theta, batch.status
     share = float(np.mean(rule.review(theta, status) == 0)) if len(theta) else None
-    return {"review": rule.as_dict() | {"automated_share": share}}
+    return rule.as_dict() | {"automated_share": share}
 
 
 @dataclass(frozen=True)
@@ -111,20 +111,20 @@ def batch_languages(conn: Connection, label_set_id: int, claim_ids: list[int]) -
     return Languages([got.get(int(i)) for i in claim_ids], frozenset(label_set_languages(conn, label_set_id)))
 
 
-def drift_params(loo_nearest: np.ndarray, nearest: np.ndarray, langs: Languages | None = None,
+def drift_figure(loo_nearest: np.ndarray, nearest: np.ndarray, langs: Languages | None = None,
                  ) -> dict[str, Any]:
-    """The run's drift figure (:mod:`checkworthy.method.drift`) as stored in ``params->'drift'``:
+    """The run's drift figure (:mod:`checkworthy.method.drift`, :attr:`RunRecord.drift`):
     its claims' nearest labelled distances against L's leave-one-out ones, and the languages of
     its claims that L has none of (``langs``; :func:`checkworthy.method.drift.with_languages`)."""
     figure = drift(loo_nearest, nearest).as_dict()
     if langs is not None:
         figure = with_languages(figure, langs.claims, langs.labelled)
-    return {"drift": figure}
+    return figure
 
 
 def rule_and_drift(conn: Connection, f: FittedCalibration, theta: np.ndarray, nearest: np.ndarray,
-                   neighbour_ids: np.ndarray, claim_ids: list[int]) -> dict[str, Any]:
-    """:func:`drift_params` and :func:`review_params` (the claims drift holds back to a person) for
+                   neighbour_ids: np.ndarray, claim_ids: list[int]) -> RunRecord:
+    """:func:`drift_figure` and :func:`review_figure` (the claims drift holds back to a person) for
     the paper's path (``f``: :func:`fit`'s, whose L lists come from the same SQL kNN), which builds
     no leave-one-out lists for its own figures: NN-PPI at the run's k on L; ``neighbour_ids``: the
     (n, k) nearest labelled ids of the claims ``claim_ids``."""
@@ -132,11 +132,12 @@ def rule_and_drift(conn: Connection, f: FittedCalibration, theta: np.ndarray, ne
     k = spec.methods.k
     nb = Neighbourhood.loo(pool.cal, min(k, pool.cal.max_k))
     langs = batch_languages(conn, spec.label_set_id, claim_ids)
-    figure = drift_params(pool.cal.dist[:, 0], nearest, langs)
+    figure = drift_figure(pool.loo_nearest, nearest, langs)
     theta_l = CORRECTIONS[DEFAULT_CORRECTION](nb)
     batch = Batch(theta, pool.positions(np.asarray(neighbour_ids)[:, :k]),
-                  drift_status(nearest, figure["drift"], langs.claims))
-    return figure | review_params(spec, theta_l, pool.cal.y, batch, spec.methods.threshold)
+                  drift_status(nearest, figure, langs.claims))
+    review = review_figure(spec, theta_l, pool.cal.y, batch, spec.methods.threshold)
+    return RunRecord(drift=figure, review=review)
 
 
 # ------------------------------------------------------------------ interval and correction
@@ -169,6 +170,14 @@ class LabelledPool:
 
     claim_ids: np.ndarray
     cal: LabelledSet
+
+    @property
+    def loo_nearest(self) -> np.ndarray:
+        """Each labelled claim's distance to its nearest other one (what drift compares a batch's
+        nearest labelled distances with)."""
+        if self.cal.dist is None:
+            raise RuntimeError("the labelled pool has no neighbour distances")
+        return self.cal.dist[:, 0]
 
     def positions(self, neighbour_ids: np.ndarray) -> np.ndarray:
         """Positions in the pool of neighbour claim ids (all are members: same SQL pool)."""
@@ -215,7 +224,8 @@ def fit_run(spec: RunSpec, pool: LabelledPool, emb: np.ndarray | None = None, ch
             raise ValueError("the auto correction needs the claims' embeddings")
         chosen, figures = choose_correction(pool.cal, emb, m.k, m.threshold)
         fitted["auto_choice"] = {"chosen": chosen, "cv_f1_positive": figures}
-    fc = correction_on(chosen if correction == "auto" else correction, pool.cal, m.k, m.threshold, emb)
+    name = chosen if correction == "auto" and chosen is not None else correction
+    fc = correction_on(name, pool.cal, m.k, m.threshold, emb)
     return fc, fitted | fc.fitted
 
 
@@ -240,7 +250,7 @@ def apply_run(spec: RunSpec, pool: LabelledPool, fc: FittedCorrection, nq: Neigh
 def compute_methods(
     f: FittedCalibration, nq: Neighbours, c: np.ndarray, emb: np.ndarray | None = None,
     langs: Languages | None = None,
-) -> tuple[nnppi.NNPPIResult, Neighbours, dict[str, Any]]:
+) -> tuple[nnppi.NNPPIResult, Neighbours, RunRecord]:
     """A fitted correction and any interval on a batch (pure); the neighbours used, and what to
     record: what was fitted, the batch's share and prior, the rule and the drift figure.
 
@@ -253,33 +263,34 @@ def compute_methods(
     The batch's drift figure comes first: when it alerts, the claims it holds back go to a person
     and the batch's share of check-worthy claims is not estimated (nor decided for).
     """
-    spec, pool, fc, fitted = f.spec, f.pool, f.correction, dict(f.fitted)
+    spec, pool, fc = f.spec, f.pool, f.correction
     if fc is None:
         raise ValueError("the paper's path fits no correction")
-    figure = drift_params(pool.cal.dist[:, 0], nq.distances[:, 0], langs)
+    figure = drift_figure(pool.loo_nearest, nq.distances[:, 0], langs)
     theta_in = fc.scores(c, emb)
     cal = fc.cal
     # the batch's share of label 1, from the predictor's decisions on L (out of fold) and on U
     m = spec.methods
     prevalence = share_positive(cal.y, nnppi.decide(cal.c, m.threshold), nnppi.decide(theta_in, m.threshold),
                                 m.alpha)
-    if unlike_labelled(figure["drift"]):
+    if unlike_labelled(figure):
         prevalence = under_drift(prevalence)
-    fitted["prevalence"] = prevalence.as_dict()
-    threshold = fc.choice.threshold
+    threshold, prior = fc.choice.threshold, None
     if m.prior == "batch" and prevalence.estimate is not None:
         threshold = prior_threshold(prevalence.labelled, prevalence.estimate, fc.choice.threshold)
-        fitted["prior"] = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
-                           "threshold_on_theta": threshold}
+        prior = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
+                 "threshold_on_theta": threshold}
     elif m.prior == "batch":
-        fitted["prior"] = {"mode": "batch", "threshold_on_theta": threshold,
-                           "note": f"no batch estimate ({prevalence.not_estimable}): L's prior"}
+        prior = {"mode": "batch", "threshold_on_theta": threshold,
+                 "note": f"no batch estimate ({prevalence.not_estimable}): L's prior"}
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     k = fc.choice.k
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
-                  drift_status(nq.distances[:, 0], figure["drift"], None if langs is None else langs.claims))
-    fitted |= review_params(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, batch, threshold)
-    return res, used, fitted | figure | {"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])}
+                  drift_status(nq.distances[:, 0], figure, None if langs is None else langs.claims))
+    review = review_figure(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, batch, threshold)
+    return res, used, RunRecord.from_json(f.fitted) | RunRecord(
+        drift=figure, review=review, prevalence=prevalence.as_dict(), prior=prior,
+        extra={"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])})
 
 
 # ------------------------------------------------------------------ the service
@@ -367,7 +378,7 @@ class CalibrationOutcome:
 
 
 def outcome(conn: Connection, f: FittedCalibration, nb: Neighbours, c: np.ndarray,
-            counts: dict[str, Any]) -> CalibrationOutcome:
+            counts: RunRecord) -> CalibrationOutcome:
     """A full run's outcome on its batch (``nb``: :func:`batch_neighbours`, ``c``: their scores):
     the results, the drift figure and decide-or-review rule, the batch's share (and for the
     batch's prior its threshold) and what was fitted, with ``counts`` added to the record."""
@@ -375,12 +386,11 @@ def outcome(conn: Connection, f: FittedCalibration, nb: Neighbours, c: np.ndarra
     if f.correction is None:
         res, used = calibrate(f, nb, c)
         figures = rule_and_drift(conn, f, res.theta, nb.distances[:, 0], nb.neighbour_ids, ids)
-        figures = raw_score_prevalence(conn, spec, c, figures["drift"]) | figures
+        figures = replace(figures, prevalence=raw_score_prevalence(conn, spec, c, figures.drift))
     else:
         emb = claim_embeddings(conn, ids, spec.methods.embed_model) if f.needs_embeddings() else None
         res, used, figures = compute_methods(f, nb, c, emb, batch_languages(conn, spec.label_set_id, ids))
-    return CalibrationOutcome(used.claim_ids, res, used.distances[:, 0],
-                              RunRecord.from_json(counts | f.fitted | figures), used)
+    return CalibrationOutcome(used.claim_ids, res, used.distances[:, 0], counts | figures, used)
 
 
 def store_rows(conn: Connection, run_id: int, out: CalibrationOutcome) -> None:

@@ -26,7 +26,7 @@ from checkworthy.store.calibration_runs import (
 from checkworthy.store.knn import nearest_labelled
 from checkworthy.store.languages import ensure_languages
 from checkworthy.store.rows import claim_scores, claim_text_hashes, label_set_claims, label_set_fingerprint
-from checkworthy.store.run_spec import RunContext, RunSpec, run_key
+from checkworthy.store.run_spec import RunContext, RunRecord, RunSpec, run_key
 
 
 def compute(conn: Connection, spec: RunSpec) -> CalibrationOutcome:
@@ -41,12 +41,9 @@ def compute(conn: Connection, spec: RunSpec) -> CalibrationOutcome:
     fitted = fit(conn, spec)
     nb = batch_neighbours(conn, fitted, usable)
     c = np.array([scores[i] for i in nb.claim_ids], dtype=float)
-    counts: dict[str, Any] = {
-        "n_claims": len(spec.claim_ids),
-        "n_calibrated": len(usable),
-        "n_without_score": len(spec.claim_ids) - len(usable),
-        "knn": knn_record(conn, spec, nb.claim_ids, nb.neighbour_ids),
-    }
+    counts = RunRecord(n_claims=len(spec.claim_ids), n_calibrated=len(usable),
+                       n_without_score=len(spec.claim_ids) - len(usable),
+                       knn=knn_record(conn, spec, nb.claim_ids, nb.neighbour_ids))
     return outcome(conn, fitted, nb, c, counts)
 
 

@@ -469,17 +469,16 @@ def stored_outcome(conn: Connection, spec: RunSpec, run_id: int, p: Plan, n_reco
     result = nnppi.NNPPIResult.decided(arr["score"], arr["theta"], arr["ci_low"], arr["ci_high"],
                                        arr["knn_mean"], spec.methods.threshold,
                                        np.array([int(r.decision) for r in stored]))
-    counts: dict[str, Any] = {
-        "n_claims": len(spec.claim_ids), "n_calibrated": n_cal,
-        "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": n_recomputed,
-        "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
+    record = RunRecord(n_claims=len(spec.claim_ids), n_calibrated=n_cal,
+                       n_without_score=len(spec.claim_ids) - n_cal,
+                       extra={"n_recomputed": n_recomputed, "n_copied": p.n_copied}
+                       | {f"n_{k}_labelled": v for k, v in p.changes.items()})
     if n_cal:
-        counts["knn"] = incremental_knn_record(conn, spec, run_id, ids)
         figures = rule_and_drift(conn, fit(conn, spec), result.theta, arr["nearest"],
                                  stored_neighbour_ids(conn, run_id, ids), ids)
-        counts |= raw_score_prevalence(conn, spec, result.score, figures["drift"]) | figures
-    return CalibrationOutcome(np.asarray(ids, dtype=np.int64), result, arr["nearest"],
-                              RunRecord.from_json(counts))
+        record |= replace(figures, knn=incremental_knn_record(conn, spec, run_id, ids),
+                          prevalence=raw_score_prevalence(conn, spec, result.score, figures.drift))
+    return CalibrationOutcome(np.asarray(ids, dtype=np.int64), result, arr["nearest"], record)
 
 
 def incremental_knn_record(conn: Connection, spec: RunSpec, run_id: int, claim_ids: list[int]

@@ -266,7 +266,7 @@ class ServedRun:
                 res, nb = got
                 row = {int(c): i for i, c in enumerate(nb.claim_ids)}
                 claim_langs = [langs.get(int(c)) for c in nb.claim_ids]
-                figure = with_languages(drift(self.fitted.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict(),
+                figure = with_languages(drift(self.fitted.pool.loo_nearest, nb.distances[:, 0]).as_dict(),
                                         claim_langs, self.languages)
                 status = drift_status(nb.distances[:, 0], figure, claim_langs)
                 if self.rule is not None:
@@ -334,7 +334,7 @@ class ServedRun:
             review = dict(review) | {"automated_share": 1 - got.n_queued / len(nearest)}
         record = RunRecord(
             n_claims=got.n_claims, n_calibrated=len(nearest), n_without_score=got.n_claims - len(nearest),
-            drift=drift(self.fitted.pool.cal.dist[:, 0], nearest).as_dict(), review=review,
+            drift=drift(self.fitted.pool.loo_nearest, nearest).as_dict(), review=review,
             extra={"n_requests": got.n_requests})
         complete_window(conn, run_id, record.to_json())
 

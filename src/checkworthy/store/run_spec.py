@@ -100,18 +100,18 @@ class RunRecord:
     n_without_score: int | None = None
     #: how neighbours were found (:meth:`checkworthy.store.knn.KnnPath.as_dict`), with an HNSW
     #: run's recall@k on its sample
-    knn: Mapping[str, Any] | None = None
+    knn: dict[str, Any] | None = None
     #: the decide-or-review rule (:meth:`ReviewRule.as_dict`) and its ``automated_share``
-    review: Mapping[str, Any] | None = None
+    review: dict[str, Any] | None = None
     #: the batch's drift figure (:func:`checkworthy.method.drift.drift`)
-    drift: Mapping[str, Any] | None = None
+    drift: dict[str, Any] | None = None
     #: the batch's share of label 1 (:meth:`checkworthy.method.prevalence.Prevalence.as_dict`)
-    prevalence: Mapping[str, Any] | None = None
+    prevalence: dict[str, Any] | None = None
     #: the prior decided for when it is the batch's: ``mode``, ``threshold_on_theta``, ...
-    prior: Mapping[str, Any] | None = None
+    prior: dict[str, Any] | None = None
     #: what ``auto`` chose on L: ``chosen`` and its ``cv_f1_positive`` figures
-    auto_choice: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    auto_choice: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, run: Mapping[str, Any]) -> RunRecord:
@@ -129,6 +129,11 @@ class RunRecord:
         """The record as ``params`` stores it: every field that is set, then ``extra``."""
         out = {k: getattr(self, k) for k in _RECORD_FIELDS if getattr(self, k) is not None}
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in out.items()} | dict(self.extra)
+
+    def __or__(self, other: RunRecord) -> RunRecord:
+        """This record with what ``other`` records added (``other``'s where both record a key),
+        as the store adds a completing run's record to its params."""
+        return RunRecord.from_json(self.to_json() | other.to_json())
 
     @property
     def used_correction(self) -> str:

@@ -100,6 +100,7 @@ def assert_equals_full(engine, s: RunSpec, run_id: int) -> dict:
         out = compute(conn, s)
         got = results(conn, run_id)
     ids, res, nb = out.claim_ids, out.result, out.neighbours
+    assert nb is not None  # a computed outcome holds its neighbours
     assert sorted(got) == sorted(int(i) for i in ids)
     for i, cid in enumerate(ids):
         r = got[int(cid)]
