@@ -12,6 +12,7 @@ Besides the paper's NN-PPI (``z`` + ``paper``, the default), a run may use any i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,7 +52,7 @@ from checkworthy.store.rows import ScoreKey, current_labels, max_claims_per_text
 from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord, RunSpec
 
 
-def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure: dict[str, Any]
+def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure: Mapping[str, Any] | None
                          ) -> dict[str, Any]:
     """The batch's share of label 1 for a run that builds no leave-one-out lists (the paper's
     path): from the raw score's decisions, a predictor fitted on nothing, so its decisions on L are

@@ -335,7 +335,8 @@ def _prefilter(targets: np.ndarray, added: np.ndarray, kth: NDArray[np.float64],
     norms = np.sqrt(np.einsum("ij,ij->i", T, T))
     limit = (1.0 - kth - PREFILTER_MARGIN).astype(np.float32) * norms
     limit[~eligible] = np.inf  # never a candidate
-    return np.nonzero(T @ added.T >= limit[:, None])  # cos >= 1 - (kth + margin)
+    rows, cols = np.nonzero(T @ added.T >= limit[:, None])  # cos >= 1 - (kth + margin)
+    return rows, cols
 
 
 def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64], cand_a: NDArray[np.int64],
@@ -357,6 +358,8 @@ def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64
 def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New top-k of the merge claims: the parent's k neighbours plus the added claims that enter."""
     k = spec.methods.k
+    if p.parent_nb is None:
+        raise RuntimeError("the plan holds no parent rows to merge")
     t_ids, nids, nds = p.parent_nb
     sel = np.isin(t_ids, np.asarray(p.merge, dtype=np.int64))
     ids, nid, nd = t_ids[sel], nids[sel], nds[sel]

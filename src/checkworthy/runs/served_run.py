@@ -198,7 +198,7 @@ class ServedRun:
             raise ValueError(f"run {self.run_id} cannot be served with this scorer: " + "; ".join(wrong))
 
     @property
-    def _review(self) -> Mapping[str, Any] | None:
+    def _review(self) -> dict[str, Any] | None:
         """The run's rule as it recorded it (None: it has none), for its windows to record."""
         return self.record.review if self.rule is not None else None
 
