@@ -51,6 +51,8 @@ from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import ScoreKey, current_labels, max_claims_per_text
 from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord, RunSpec
 
+# ------------------------------------------------------------------ the batch's share, rule and drift
+
 
 def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure: Mapping[str, Any] | None
                          ) -> dict[str, Any]:
@@ -64,8 +66,6 @@ def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure:
     p = share_positive(pool.labels, nnppi.decide(pool.scores, t), nnppi.decide(c, t), m.alpha)
     p = under_drift(p) if unlike_labelled(figure) else p
     return p.as_dict() | {"from": "raw score"}
-
-
 
 
 @dataclass(frozen=True)
