@@ -58,7 +58,7 @@ from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.fake_ollama import FakeOllama
 from checkworthy.testing.flops import base_flops, peak_flops
@@ -87,7 +87,7 @@ def build_lineage(engine, tag: str, spec: str, options: dict[str, Any], lab: Seq
         lineages.set_head(conn, f"{tag}:calibration", ls, "initial")
     keys = score_missing(engine, scorer, [store.sha256_text(c.text) for c in lab], prompt)[2]
     kind = next(k for k in ("token_prob", "p_positive") if k in keys)
-    return run_calibration(engine, RunSpec(f"{tag}:test", tuple(ids[:10]), ls, keys[kind], 10))
+    return run_calibration(engine, RunSpec(f"{tag}:test", tuple(ids[:10]), ls, keys[kind], RunMethods(10)))
 
 
 def free_port() -> int:

@@ -49,7 +49,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.knn import EF_SEARCH, KNN_PATHS
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 
 DIM, CENTROIDS = 384, 64
 
@@ -157,7 +157,8 @@ def main() -> None:
     targets = tuple(d["ids"]["target"])
 
     def spec(target: str, ls: int) -> RunSpec:
-        return RunSpec(target, targets, ls, d["key"], args.k, knn=args.knn, ef_search=args.ef_search)
+        methods = RunMethods(args.k, knn=args.knn, ef_search=args.ef_search)
+        return RunSpec(target, targets, ls, d["key"], methods)
 
     t0 = time.perf_counter()
     parent = run_calibration(engine, spec("bench:incremental", d["ls0"]))

@@ -51,7 +51,7 @@ from checkworthy.store.calibration_runs import close_abandoned_runs, load_run, t
 from checkworthy.store.data_versions import record_data_version
 from checkworthy.store.engine import get_engine
 from checkworthy.store.metrics import metrics_summary
-from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
+from checkworthy.store.run_spec import RunContext, RunMethods, RunRecord, RunSpec
 
 
 def engine_for(db_url: str | None) -> Engine:
@@ -183,7 +183,7 @@ def announce_drift(db_url: str | None, run_ids: list[int]) -> None:
     with engine_for(db_url).connect() as conn:
         runs = [load_run(conn, r) for r in run_ids]
     for r in runs:
-        drift = (r["params"] or {}).get("drift") or {}
+        drift = RunRecord.of(r).drift or {}
         line = drift_line(drift, f"run {r['id']} ({r['target']})")
         if line:
             get_run_logger().warning(line)
@@ -223,7 +223,7 @@ def calibrate_task(spec: RunSpec, ctx: TaskContext) -> dict[str, Any]:
         announce_drift(ctx.db_url, [out.run_id])
     with engine.connect() as conn:
         model = store.model_spec(conn, spec.key.model_id)
-    return {"run_id": out.run_id, "mode": out.mode, "target": spec.target, "k": spec.k, "spec": model,
+    return {"run_id": out.run_id, "mode": out.mode, "target": spec.target, "k": spec.methods.k, "spec": model,
             "score_kind": spec.key.score_kind, "n_recomputed": out.n_recomputed, "n_copied": out.n_copied}
 
 

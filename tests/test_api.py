@@ -38,7 +38,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.embeddings import ensure_embeddings
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import COOKING, clef
 from checkworthy.testing.events import event_stored
 from checkworthy.testing.loopback import LoopbackServer, answer_mid_body
@@ -72,10 +72,10 @@ class World:
             lineages.set_head(conn, self.lineage, ls, "initial")
         hashes = [store.sha256_text(c.text) for c in lab + dev[60:100]]
         key = score_missing(engine, scorer, hashes, prompt)[2]["p_positive"]
-        base = RunSpec(target, tuple(sorted(t_ids)), ls, key, 5)
+        base = RunSpec(target, tuple(sorted(t_ids)), ls, key, RunMethods(5))
         self.paper = run_calibration(engine, base)
-        self.auto = run_calibration(engine, RunSpec(target, base.claim_ids, ls, key, 5, interval_method="mondrian",
-                                                    correction="auto"))
+        self.auto = run_calibration(engine, RunSpec(target, base.claim_ids, ls, key, RunMethods(
+            5, interval_method="mondrian", correction="auto")))
         with engine.begin() as conn:
             (self.scorer_key, self.scorer), (_, self.auditor) = (
                 api_keys.create_key(conn, f"{TAG}-scorer", "scorer"),
@@ -135,7 +135,8 @@ def assert_equals_batch(engine, world, served_run: int, body: dict) -> None:
     ids = [r["claim_id"] for r in body["results"]]
     with engine.connect() as conn:
         run = load_run(conn, served_run)
-        _, res, nb, _ = compute(conn, spec_from_run(run, run["label_set_id"], ids))
+        fresh = compute(conn, spec_from_run(run, run["label_set_id"], ids))
+    res, nb = fresh.result, fresh.neighbours
     order = {int(c): i for i, c in enumerate(nb.claim_ids)}
     for r in body["results"]:
         i = order[r["claim_id"]]

@@ -19,7 +19,7 @@ from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.engine import APP_LOGIN
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.worlds import Scenario, build_scenario
 
 RESTRICT = "23001"  # restrict_violation: what the append-only triggers raise
@@ -202,7 +202,7 @@ def test_a_failed_calibration_is_marked_failed_and_stays_so(engine, complete):
         (cid,) = store.upsert_claims(conn, [store.NewClaim("append-only-noemb", "U", "x1", text_)])
         store.insert_predictions(conn, sc.key.model_id, "none", {"source": sc.name},
                                  [(store.sha256_text(text_), {"imported": Score(0.7, OK, "0.7")})])
-    spec = RunSpec("append-only-noemb", (cid,), sc.label_set_id, sc.key, 3)
+    spec = RunSpec("append-only-noemb", (cid,), sc.label_set_id, sc.key, RunMethods(3))
     for _ in range(2):
         with pytest.raises(ValueError, match="no embedding"):
             run_calibration(engine, spec)

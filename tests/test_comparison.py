@@ -28,7 +28,7 @@ from checkworthy.store.comparisons import comparison_heads, comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.reports import stored_report
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.worlds import synthetic
 
@@ -147,7 +147,7 @@ def world(engine):
             for h, v, t in zip(hashes, verbal, token)])
         keys = {kind: store.ScoreKey(model, "none", store.params_hash(params), kind)
                 for kind in ("verbalised", "token_prob")}
-    runs = {(kind, k): run_calibration(engine, RunSpec(TARGET, tuple(ids[N_LAB:]), ls, keys[kind], k))
+    runs = {(kind, k): run_calibration(engine, RunSpec(TARGET, tuple(ids[N_LAB:]), ls, keys[kind], RunMethods(k)))
             for kind in keys for k in (3, 5)}
     return runs
 

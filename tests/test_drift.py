@@ -45,7 +45,7 @@ from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import COOKING, write_csv
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.events import event_stored
@@ -137,8 +137,8 @@ def world(engine):
 def test_a_batch_of_the_same_kind_raises_nothing_and_another_domain_raises_the_figure(engine, db_url, harness,
                                                                                      world):
     w, cooking = world
-    same = run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5))
-    other = run_calibration(engine, RunSpec(f"{w.tag}:cooking", tuple(sorted(cooking)), w.ls0, w.key, 5))
+    same = run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5)))
+    other = run_calibration(engine, RunSpec(f"{w.tag}:cooking", tuple(sorted(cooking)), w.ls0, w.key, RunMethods(5)))
     with engine.connect() as conn:
         d_same, d_other = (load_run(conn, r)["params"]["drift"] for r in (same, other))
     assert d_same["radius"] == d_other["radius"] and d_same["quantile"] == QUANTILE
@@ -167,8 +167,8 @@ def test_a_batch_of_another_kind_goes_to_a_person_and_loses_its_share(engine, wo
     its share of check-worthy claims is not estimated. The batch of L's own kind queues none for
     drift and keeps its estimate."""
     w, cooking = world
-    same = run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5))
-    other = run_calibration(engine, RunSpec(f"{w.tag}:cooking", tuple(sorted(cooking)), w.ls0, w.key, 5))
+    same = run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5)))
+    other = run_calibration(engine, RunSpec(f"{w.tag}:cooking", tuple(sorted(cooking)), w.ls0, w.key, RunMethods(5)))
     with engine.connect() as conn:
         p_same, p_other = (load_run(conn, r)["params"] for r in (same, other))
         causes = {r: conn.execute(text("SELECT cause, reason FROM review_queue WHERE run_id = :r"),
@@ -189,7 +189,7 @@ def test_a_batch_partly_beyond_sends_only_its_far_claims_to_a_person(engine, wor
     mixed = sorted(w.target_ids)[:70] + list(cooking)
     with engine.begin() as conn:
         lineages.register_target(conn, f"{w.tag}:mixed", w.lineage, mixed)
-    run = run_calibration(engine, RunSpec(f"{w.tag}:mixed", tuple(sorted(mixed)), w.ls0, w.key, 5))
+    run = run_calibration(engine, RunSpec(f"{w.tag}:mixed", tuple(sorted(mixed)), w.ls0, w.key, RunMethods(5)))
     with engine.connect() as conn:
         params = load_run(conn, run)["params"]
         rows = load_results(conn, run)
@@ -219,7 +219,7 @@ def test_a_coverage_export_spreads_the_claims_beyond_first_then_the_most_uncerta
     target = f"{w.tag}:mixed-coverage"
     with engine.begin() as conn:
         lineages.register_target(conn, target, w.lineage, batch)
-    run = run_calibration(engine, RunSpec(target, tuple(sorted(batch)), w.ls0, w.key, 5))
+    run = run_calibration(engine, RunSpec(target, tuple(sorted(batch)), w.ls0, w.key, RunMethods(5)))
     with engine.connect() as conn:
         queued = conn.execute(text("SELECT claim_id, cause FROM review_queue WHERE run_id = :r"), {"r": run}).all()
         rows = export_rows(conn, None, target, "coverage", seed=3)

@@ -28,7 +28,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.comparisons import comparison_rows
 from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
-from checkworthy.store.run_spec import RunContext, RunSpec
+from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.pages import assert_headline_on_first_screen, in_chromium, section, table
 
@@ -79,7 +79,7 @@ def stored(engine):
                     keys[(t, kind)] = store.ScoreKey(model, "none", store.params_hash(params), kind)
         for (t, kind), key in keys.items():
             runs[(dataset, t, kind)] = run_calibration(
-                engine, RunSpec(f"{dataset}:test", tuple(ids[N_LAB:]), ls, key, 10), ctx)
+                engine, RunSpec(f"{dataset}:test", tuple(ids[N_LAB:]), ls, key, RunMethods(10)), ctx)
         with engine.begin() as conn:
             for kind in ("verbalised", "token_prob"):
                 ensure_comparison(conn, runs[(dataset, 0.8, kind)], code_rev="test-rev")

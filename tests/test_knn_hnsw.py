@@ -20,7 +20,7 @@ from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run, runs_in_force
 from checkworthy.store.knn import EF_SEARCH, EXACT, KnnPath, leave_one_out_neighbours, nearest_labelled
-from checkworthy.store.run_spec import RunSpec, key_of, run_key
+from checkworthy.store.run_spec import RunMethods, RunSpec, key_of, run_key
 from checkworthy.testing.worlds import assert_equals_full, build_world
 
 HNSW = KnnPath("hnsw", 100)
@@ -84,13 +84,13 @@ def test_leave_one_out_on_the_hnsw_path(engine, world):
 
 def test_a_run_records_its_path_and_recall_and_keeps_the_exact_key(engine, world):
     w = world
-    exact_spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5)
-    hnsw_spec = RunSpec(w.target, exact_spec.claim_ids, w.ls0, w.key, 5, knn="hnsw", ef_search=80)
+    exact_spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5))
+    hnsw_spec = RunSpec(w.target, exact_spec.claim_ids, w.ls0, w.key, RunMethods(5, knn="hnsw", ef_search=80))
     with engine.connect() as conn:
         fp = store.label_set_fingerprint(conn, w.ls0)
-    body = {k: v for k, v in exact_spec.__dict__.items() if k not in ("knn", "ef_search")}
-    body |= {"key": w.key.__dict__, "claim_ids": sorted(exact_spec.claim_ids), "fingerprint": fp,
-             "label_set_id": None}
+    body = {k: v for k, v in exact_spec.methods.__dict__.items() if k not in ("knn", "ef_search")}
+    body |= {"target": w.target, "key": w.key.__dict__, "claim_ids": sorted(exact_spec.claim_ids),
+             "fingerprint": fp, "label_set_id": None}
     assert run_key(exact_spec, fp) == key_of(body)  # runs stored before the field keep their keys
     assert run_key(hnsw_spec, fp) != run_key(exact_spec, fp)
     exact_run, hnsw_run = run_calibration(engine, exact_spec), run_calibration(engine, hnsw_spec)
@@ -106,26 +106,27 @@ def test_a_run_records_its_path_and_recall_and_keeps_the_exact_key(engine, world
 
 def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(engine, world):
     w = world
-    spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5, knn="hnsw")
+    spec = RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5, knn="hnsw"))
     parent = run_calibration(engine, spec)
-    exact_parent = run_calibration(engine, replace(spec, knn="exact"))
+    exact_parent = run_calibration(engine, replace(spec, methods=replace(spec.methods, knn="exact")))
     with engine.begin() as conn:
         new_ids = store.store_claims_with_labels(conn, [store.NewClaim(w.tag, "train", c.source_id, c.text, 1)
                                                         for c in w.extra[:10]], "test")
         ls1 = store.create_label_set(conn, w.lineage, list(w.lab_ids) + list(new_ids))
         lineages.set_head(conn, w.lineage, ls1, "labels")
-    new_spec = RunSpec(w.target, spec.claim_ids, ls1, w.key, 5, knn="hnsw")
+    new_spec = RunSpec(w.target, spec.claim_ids, ls1, w.key, RunMethods(5, knn="hnsw"))
     with engine.connect() as conn:  # each path only ever continues a run of its own path
         assert find_parent(conn, new_spec) == parent
-        assert find_parent(conn, replace(new_spec, ef_search=40)) is None
-        assert find_parent(conn, replace(new_spec, knn="exact")) == exact_parent
+        assert find_parent(conn, replace(new_spec, methods=replace(new_spec.methods, ef_search=40))) is None
+        assert find_parent(conn, replace(new_spec, methods=replace(new_spec.methods, knn="exact"))) == exact_parent
     out = recalibrate(engine, new_spec, parent_run_id=exact_parent)  # the wrong path's run is not taken
     with engine.connect() as conn:
         run = load_run(conn, out.run_id)
         inc = {r.claim_id: (list(r.neighbour_ids), r.theta) for r in conn.execute(text(
             "SELECT claim_id, theta, neighbour_ids FROM calibrated_results WHERE run_id = :r"), {"r": out.run_id})}
-        ids, res, nb, counts = compute(conn, new_spec)  # a fresh search of the new index, not stored
-    full = {int(c): (list(n), t) for c, n, t in zip(ids, nb.neighbour_ids, res.theta)}
+        fresh = compute(conn, new_spec)  # a fresh search of the new index, not stored
+    full = {int(c): (list(n), t) for c, n, t in zip(fresh.claim_ids, fresh.neighbours.neighbour_ids,
+                                                      fresh.result.theta)}
     assert out.mode == "incremental" and out.parent_run_id == parent and 0 < out.n_recomputed < len(spec.claim_ids)
     knn = run["params"]["knn"]
     assert knn["path"] == "hnsw" and knn["ef_search"] == EF_SEARCH and knn["recall_at_k"] >= FLOOR
@@ -134,7 +135,7 @@ def test_recalibration_of_an_hnsw_run_after_new_labels_is_incremental_by_hnsw(en
     same = [c for c in inc if inc[c][0] == full[c][0]]
     assert len(same) >= 0.95 * len(inc)
     assert all(inc[c][1] == pytest.approx(full[c][1]) for c in same)
-    assert counts["knn"]["recall_at_k"] >= FLOOR
+    assert fresh.record.knn["recall_at_k"] >= FLOOR
     with engine.connect() as conn:  # both paths' runs stay in force, side by side
         in_force = {r["id"] for r in runs_in_force(conn, w.lineage) if r["target"] == w.target}
         view = set(conn.execute(text("SELECT run_id FROM calibrations_in_force WHERE target = :t"),

@@ -54,7 +54,7 @@ from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import result_values
 from checkworthy.store.embeddings import ensure_embeddings
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import clef
 from checkworthy.testing.events import event_stored
 from checkworthy.testing.loopback import LoopbackServer, answer_mid_body
@@ -161,7 +161,7 @@ def world(engine, project, label_studio):
         lineages.register_target(conn, TARGET, LINEAGE, in_ids)
         lineages.set_head(conn, LINEAGE, ls0, "initial")
     key = score_missing(engine, scorer, hashes, prompt)[2]["imported"]
-    run = run_calibration(engine, RunSpec(TARGET, tuple(sorted(in_ids)), ls0, key, 5))
+    run = run_calibration(engine, RunSpec(TARGET, tuple(sorted(in_ids)), ls0, key, RunMethods(5)))
     truth = {i: c.label for i, c in zip(in_ids, incoming)}
     return {"params": params, "ls0": ls0, "run": run, "truth": truth}
 

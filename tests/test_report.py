@@ -45,7 +45,7 @@ from checkworthy.store.knn import neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.review_queue import entries_of_run
-from checkworthy.store.run_spec import RunContext, RunSpec
+from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.pages import assert_headline_on_first_screen, in_chromium, section, table
 
@@ -92,7 +92,7 @@ def _store_world(engine, name, claims, labels, scores_by_temp, n_lab, ks):
     with engine.begin() as conn:
         dv = record_data_version(conn, data_version())
     ctx = RunContext(code_rev="test-rev", flow_run_id="flow-test", data_version_id=dv)
-    runs = {temp: {k: run_calibration(engine, RunSpec(TARGET, tuple(ids[n_lab:]), ls, key, k), ctx)
+    runs = {temp: {k: run_calibration(engine, RunSpec(TARGET, tuple(ids[n_lab:]), ls, key, RunMethods(k)), ctx)
                    for k in ks}
             for temp, key in keys.items()}
     return ids, ls, runs

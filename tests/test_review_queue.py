@@ -31,7 +31,7 @@ from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
 from checkworthy.store.audit import explain, table_counts
 from checkworthy.store.calibration_runs import load_run, result_values
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.worlds import build_world
 
 BOUNDS = Bounds(min_rows=20)
@@ -50,7 +50,7 @@ def world(engine):
 def first(engine, world):
     """A calibration of the incoming claims under the default rule (error <= 0.1, delta 0.1)."""
     w = world
-    return run_calibration(engine, RunSpec(f"{w.tag}:incoming", tuple(sorted(w.extra_ids)), w.ls0, w.key, 5))
+    return run_calibration(engine, RunSpec(f"{w.tag}:incoming", tuple(sorted(w.extra_ids)), w.ls0, w.key, RunMethods(5)))
 
 
 def test_a_run_queues_exactly_what_its_rule_sends_to_a_person(engine, world, first):
@@ -177,7 +177,7 @@ def test_answers_close_their_entries_and_the_next_calibration_learns_from_them(e
 
 def test_a_labels_add_of_a_held_out_claim_closes_it_but_keeps_it_out_of_the_set(engine, world, tmp_path):
     w = world
-    run = run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5))
+    run = run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5)))
     with engine.connect() as conn:
         top = queue.entries_of_run(conn, run)[0]["claim_id"]
         sid, gold = conn.execute(text("SELECT c.source_id, l.label FROM claims c JOIN current_labels l "

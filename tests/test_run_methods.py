@@ -28,13 +28,14 @@ from checkworthy.method.predictor_choice import (
     choose_correction,
     cv_ks,
 )
-from checkworthy.runs.calibration_run import compute, labelled_pool, run_calibration
+from checkworthy.runs.calibration import labelled_pool
+from checkworthy.runs.calibration_run import compute, run_calibration
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 
 N_LAB, N_ALL, K = 90, 130, 5
@@ -66,7 +67,7 @@ def world(engine):
 
 
 def spec(w, **kw) -> RunSpec:
-    return RunSpec(TARGET, tuple(w["ids"][N_LAB:]), w["ls"], w["key"], kw.pop("k", K), **kw)
+    return RunSpec(TARGET, tuple(w["ids"][N_LAB:]), w["ls"], w["key"], RunMethods(kw.pop("k", K), **kw))
 
 
 def rows_of(engine, run_id):
@@ -93,9 +94,9 @@ def test_default_is_the_papers_nnppi_and_records_its_methods(engine, world):
     np.testing.assert_allclose([r["ci_low"] for r in rows], res.ci_low, atol=1e-12)
     assert run["interval_method"] == "z" and run["params"]["correction"] == "paper"
     assert "k_used" not in run["params"]
-    with engine.connect() as conn:  # compute() keeps its four-part answer for other callers
-        ids, out, nb, counts = compute(conn, spec(w))
-    assert len(ids) == len(rows) and counts["n_calibrated"] == len(rows)
+    with engine.connect() as conn:
+        out = compute(conn, spec(w))
+    assert len(out.claim_ids) == len(rows) and out.record.n_calibrated == len(rows)
 
 
 @pytest.mark.parametrize("method", sorted(INTERVAL_METHODS))

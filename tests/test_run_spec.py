@@ -15,7 +15,6 @@ from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
 from checkworthy.data.hashing import sha256_file
 from checkworthy.data.versioning import git_rev, package_version
-from checkworthy.runs.recalibration import fast_run_key
 from checkworthy.store.calibration_runs import insert_run, load_run
 from checkworthy.store.rows import ScoreKey
 from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunContext, RunMethods, RunSpec, run_key
@@ -36,17 +35,15 @@ PINNED = [
 
 @pytest.mark.parametrize(("fields", "key"), PINNED)
 def test_run_key_of_a_fixed_spec_is_pinned(fields, key):
-    spec = RunSpec("t:test", (5, 2, 9), 7, KEY, 10, **fields)
+    spec = RunSpec("t:test", (5, 2, 9), 7, KEY, RunMethods(10, **fields))
     assert run_key(spec, "fp0") == key
-    assert fast_run_key(spec, "fp0") == key
 
 
 def test_spec_built_from_its_methods_is_the_same_spec():
     methods = RunMethods(10, interval_method="mondrian", correction="auto", knn="hnsw", ef_search=80)
     spec = RunSpec.of("t:test", [2, 5, 9], 7, KEY, methods)
     assert spec.methods == methods and spec.claim_ids == (2, 5, 9)
-    assert spec == RunSpec("t:test", (2, 5, 9), 7, KEY, 10, interval_method="mondrian", correction="auto",
-                           knn="hnsw", ef_search=80)
+    assert spec == RunSpec("t:test", (2, 5, 9), 7, KEY, methods)
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -59,7 +56,7 @@ def test_spec_built_from_its_methods_is_the_same_spec():
     ({"knn": "annoy"}, "annoy"),
 ])
 def test_a_spec_refuses_what_no_run_may_use_when_built(fields, message):
-    for build in (lambda: RunSpec("t", (1,), 1, KEY, 5, **fields), lambda: RunMethods(5, **fields)):
+    for build in (lambda: RunSpec("t", (1,), 1, KEY, RunMethods(5, **fields)), lambda: RunMethods(5, **fields)):
         with pytest.raises(ValueError, match="^[^\n]*$") as err:
             build()
         assert message in str(err.value)
@@ -68,15 +65,16 @@ def test_a_spec_refuses_what_no_run_may_use_when_built(fields, message):
 def test_a_spec_is_read_back_from_its_row():
     """What :meth:`RunSpec.to_row` stores, with what a complete run adds to its params, gives the
     spec back; a row that records nothing of the methods gives the defaults."""
-    spec = RunSpec("t:test", (2, 5), 7, KEY, 10, 0.1, 0.4, "mondrian", correction="auto", prior="batch",
-                   review_risk="error", max_risk=0.2, delta=0.05, knn="hnsw", ef_search=80)
+    spec = RunSpec("t:test", (2, 5), 7, KEY, RunMethods(10, 0.1, 0.4, "mondrian", correction="auto", prior="batch",
+                                                 review_risk="error", max_risk=0.2, delta=0.05, knn="hnsw",
+                                                 ef_search=80))
     row = spec.to_row()
     row["params"] |= {"prior": {"mode": "batch"}, "review": {"risk": "error", "max_risk": 0.2, "delta": 0.05},
-                      "knn": spec.knn_path.as_dict()}
+                      "knn": spec.methods.knn_path.as_dict()}
     assert RunSpec.from_row(row, 7, [5, 2]) == spec
     bare = spec.to_row() | {"params": {}, "interval_method": "z"}
     old = RunSpec.from_row(bare, 7, (2, 5))
-    assert (old.correction, old.prior, old.knn) == (DEFAULT_CORRECTION, "labelled", "exact")
+    assert (old.methods.correction, old.methods.prior, old.methods.knn) == (DEFAULT_CORRECTION, "labelled", "exact")
 
 
 def test_git_rev_is_never_blank(tmp_path, monkeypatch):

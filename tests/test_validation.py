@@ -19,7 +19,7 @@ from checkworthy.store import lineages, validations
 from checkworthy.store import rows as store
 from checkworthy.store.audit import ATTEMPT_RECORDS, table_counts
 from checkworthy.store.calibration_runs import runs_in_force
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import clef, write_labels
 from checkworthy.testing.worlds import build_world
 
@@ -29,7 +29,7 @@ HEADER = ("id", "dataset", "label", "source", "text")
 @pytest.fixture(scope="module")
 def world(engine):
     w = build_world(engine, "t3-valid")
-    run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, 5))
+    run_calibration(engine, RunSpec(w.target, tuple(sorted(w.target_ids)), w.ls0, w.key, RunMethods(5)))
     return w
 
 

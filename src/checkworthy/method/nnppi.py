@@ -82,6 +82,18 @@ class NNPPIResult:
     knn_decision: NDArray[np.int_]
     baseline_decision: NDArray[np.int_]
 
+    @classmethod
+    def decided(cls, score: ArrayLike, theta: ArrayLike, ci_low: ArrayLike, ci_high: ArrayLike,
+                knn_mean: ArrayLike, threshold: float = THRESHOLD, decision: ArrayLike | None = None,
+                ) -> NNPPIResult:
+        """Every claim's figures with the decisions made on them at ``threshold``: theta's unless
+        ``decision`` is given (made at another threshold on theta, or stored), the kNN baseline's
+        and the raw score's."""
+        return cls(score=np.asarray(score), theta=np.asarray(theta), ci_low=np.asarray(ci_low),
+                   ci_high=np.asarray(ci_high), knn_mean=np.asarray(knn_mean),
+                   decision=decide(theta, threshold) if decision is None else np.asarray(decision),
+                   knn_decision=decide(knn_mean, threshold), baseline_decision=decide(score, threshold))
+
 
 def nnppi(
     c: ArrayLike,
@@ -95,14 +107,4 @@ def nnppi(
     res = residuals(y_nbr, c_nbr)
     theta = c + res.mean(axis=1)
     lo, hi = z_interval(theta, res, alpha)
-    km = knn_mean(y_nbr)
-    return NNPPIResult(
-        score=c,
-        theta=theta,
-        ci_low=lo,
-        ci_high=hi,
-        knn_mean=km,
-        decision=decide(theta, threshold),
-        knn_decision=decide(km, threshold),
-        baseline_decision=decide(c, threshold),
-    )
+    return NNPPIResult.decided(c, theta, lo, hi, knn_mean(y_nbr), threshold)

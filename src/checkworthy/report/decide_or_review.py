@@ -8,8 +8,7 @@ From stored rows only (the labels are read as of each run's end), so a re-render
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
@@ -20,36 +19,36 @@ from checkworthy.report.document import Document, Heading, Image, Para, Table, c
 from checkworthy.report.formatting import fmt
 from checkworthy.report.run_groups import Group
 from checkworthy.store.review_queue import labelled_results, queued_counts
-from checkworthy.store.run_spec import DEFAULT_CORRECTION
+from checkworthy.store.run_spec import RunRecord
 
 
 def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], figures: dict) -> None:
     """The table of every run's rule and outcome, and a figure of automated share and realised risk."""
     doc.add(Heading(2, "Decide or review"))
-    runs = [(g, r) for g in groups for r in g.runs if (r["params"] or {}).get("review")]
+    runs = [(g, r, record, rule) for g in groups for r in g.runs
+            if (rule := (record := RunRecord.of(r)).rule) is not None]
     if not runs:
         doc.add(Para("No run of this report stored a decide-or-review rule."))
         return
-    queued = queued_counts(conn, [r["id"] for _, r in runs])
+    queued = queued_counts(conn, [r["id"] for _, r, _, _ in runs])
     rows, cats, values, marks = [], [], [], []
-    for g, r in runs:
-        rule = r["params"]["review"]
+    for g, r, record, certified in runs:
         res = [x for x in labelled_results(conn, r["id"]) if x.label is not None]
-        share_all = rule.get("automated_share")
-        status = drift_status([x.nearest for x in res], r["params"].get("drift"))
-        share, risk = realised([x.theta for x in res], [x.label for x in res], rule["threshold"],
-                               rule["risk"], rule["margin"], status)
-        within = "—" if risk is None else ("yes" if risk <= rule["max_risk"] else "**no**")
-        on, none = _certified_on(rule)
-        rows.append([esc(g.title), str(r["k"]), code(r["params"].get("correction", DEFAULT_CORRECTION)),
-                     f"{rule['risk']} <= {rule['max_risk']:g}, delta {rule['delta']:g}", on,
-                     fmt(rule["margin"]) if rule["margin"] is not None else none,
+        share_all = record.automated_share
+        status = drift_status([x.nearest for x in res], record.drift)
+        share, risk = realised([x.theta for x in res], [x.label for x in res], certified.threshold,
+                               certified.risk, certified.margin, status)
+        within = "—" if risk is None else ("yes" if risk <= certified.max_risk else "**no**")
+        on, none = _certified_on(certified)
+        rows.append([esc(g.title), str(r["k"]), code(record.used_correction),
+                     f"{certified.risk} <= {certified.max_risk:g}, delta {certified.delta:g}", on,
+                     fmt(certified.margin) if certified.margin is not None else none,
                      f"{share_all:.0%}" if share_all is not None else "—", f"{len(res)}",
                      f"{share:.0%}" if res else "—", fmt(risk), within, str(queued.get(r["id"], 0))])
         if res:
             cats.append(f"{g.title}, k={r['k']}")
             values.append([share, risk])
-            marks.append((len(cats) - 1, 1, float(rule["max_risk"])))
+            marks.append((len(cats) - 1, 1, float(certified.max_risk)))
     doc.add(Para("Each run chooses on L, by Learn-then-Test, how far theta must be from the threshold for "
                  "a decision to be taken without a person, so that the risk stays at or below its bound "
                  "with probability 1 - delta (docs/method.md, \"Decide or review\"), certified on the "
@@ -73,10 +72,9 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
         doc.add(Image(path, "Automated share and realised risk per run, against the bound"))
 
 
-def _certified_on(rule: Mapping[str, Any]) -> tuple[str, str]:
+def _certified_on(certified: ReviewRule) -> tuple[str, str]:
     """The rule's "certified on" cell (all of L, or the claims nearest the batch and their effective
     number), and what its margin cell says when no margin passed."""
-    certified = ReviewRule.from_dict(rule)
     on = (f"all {certified.n_labelled} labelled" if certified.n_neighbours is None
           else f"{certified.n_neighbours} nearest the batch (effective n {certified.n_effective:.0f})")
     none = "too few like the batch" if certified.too_few() else "none passed"

@@ -14,6 +14,7 @@ from checkworthy.report import plots
 from checkworthy.report.document import Document, Heading, Image, Para, Table, esc
 from checkworthy.report.formatting import fmt
 from checkworthy.report.run_groups import Group
+from checkworthy.store.run_spec import RunRecord
 
 #: what a person should do about a drifting batch
 DRIFT_ADVICE = ("label some of those beyond it (`checkworthy review export`) so that the labelled set "
@@ -53,15 +54,14 @@ def drift_line(figure: Mapping[str, Any] | None, subject: str = "this batch") ->
 def drift_section(doc: Document, groups: Sequence[Group], figures: dict) -> None:
     """One row per run with a drift figure, and the share beyond the radius against the expected one."""
     doc.add(Heading(2, "Drift"))
-    runs = sorted(((g, r) for g in groups for r in g.runs if (r["params"] or {}).get("drift")),
+    runs = sorted(((g, r, d) for g in groups for r in g.runs if (d := RunRecord.of(r).drift)),
                   key=lambda x: x[1]["id"])
     if not runs:
         doc.add(Para("No run of this report stored a drift figure."))
         return
     rows: list[list[str]] = []
     series: dict[str, list[tuple[int, float, bool]]] = {}
-    for g, r in runs:
-        d = r["params"]["drift"]
+    for g, r, d in runs:
         rows.append([str(r["id"]), esc(r["target"]), esc(g.title), str(r["k"]), fmt(d["radius"]),
                      f"{d['n_beyond']} of {d['n']}", f"{d['share']:.1%}", f"{d['expected']:.0%}",
                      f"{d['tolerance']:.0%}",
@@ -77,7 +77,7 @@ def drift_section(doc: Document, groups: Sequence[Group], figures: dict) -> None
               "drift"]
     doc.add(Table(header, rows))
     path = "figures/drift.png"
-    expected = float(runs[0][1]["params"]["drift"]["expected"])
+    expected = float(runs[0][2]["expected"])
     figures[path] = lambda: plots.drift_over_time("Claims beyond the labelled set's radius, run after run",
                                                   series, expected)
     doc.add(Image(path, "Share of each run's claims beyond the labelled set's radius"))

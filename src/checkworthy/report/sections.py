@@ -15,6 +15,7 @@ from checkworthy.report import paper_figures
 from checkworthy.report.document import Document, Heading, Para, Table, code, esc
 from checkworthy.report.formatting import METHODS, diff, fmt, missing, ts
 from checkworthy.report.run_groups import Group, twin_note
+from checkworthy.store.run_spec import RunRecord
 
 INTRODUCTION = (
     "Every calibration run in this report, evaluated completely: the raw model score "
@@ -103,7 +104,7 @@ def _inputs(g: Group, analyses: Mapping, score_params: Mapping[int, dict]) -> Ta
     sp = score_params[r["id"]]
     runs = "; ".join(f"k={x['k']}: run {x['id']} ({x['status']}, started {ts(x['started_at'])}, "
                      f"finished {ts(x['finished_at'])})" for x in g.runs)
-    params = r["params"] or {}
+    record = RunRecord.of(r)
     code_revs = sorted({x["code_rev"] or "unknown" for x in g.runs})
     flows = sorted({x["flow_run_id"] or "—" for x in g.runs})
     ana = [a for a in analyses.values() if a.group_key == g.key or a.run_id in {x["id"] for x in g.runs}]
@@ -111,7 +112,7 @@ def _inputs(g: Group, analyses: Mapping, score_params: Mapping[int, dict]) -> Ta
     ana_flows = sorted({a.flow_run_id or "—" for a in ana})
     rows = [
         ["target claims", f"{code(r['target'])}: {r['n_results']} calibrated, "
-                          f"{params.get('n_without_score', 0)} without a valid score; claim-set sha256 "
+                          f"{record.n_without_score or 0} without a valid score; claim-set sha256 "
                           f"{code(r['claims_hash'])}"],
         ["dataset version (DVC md5)",
          f"{code(r['dvc_hash'] or '—')} at git {code(r['data_git_rev'] or '—')}"],

@@ -79,7 +79,7 @@ from checkworthy.method.predictor_choice import (
     fit_correction,
     fit_predictor,
 )
-from checkworthy.runs.calibration_run import labelled_pool, neighbour_columns
+from checkworthy.runs.calibration import labelled_pool, neighbour_columns
 from checkworthy.store.comparisons import (
     comparison_run,
     find_comparison,
@@ -249,18 +249,44 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
                            "neighbour_columns": int(inp.nbr.shape[1]), "k": inp.k,
                            "alpha": inp.alpha, "threshold": inp.threshold})
     nb = inp.neighbourhood()
-    y, thr = inp.y, inp.threshold
+    _correction_rows(out, inp, o, nb)
+    best, ks = _cv_rows(out, inp, o)
+    # intervals around the paper's NN-PPI, and around the CV choice
+    nb_cv = inp.neighbourhood(best.k)
+    for method in o.intervals:
+        _add_interval(out, "interval", method, nb, "paper", inp)
+        _add_interval(out, "interval-cv", method, nb_cv, best.theta, inp)
+    _calibrator_rows(out, inp, o)
+    if o.head and inp.emb_cal is not None and inp.emb is not None:
+        out.info["head"] = _head_rows(out, inp, ks, o.seed, o.intervals)
+        out.info["auto"] = _auto_rows(out, inp, o.seed, o.intervals)
+    # conformal prediction sets (crepes)
+    for name in o.sets:
+        calibrator, class_cond = SET_METHODS[name]
+        _, s = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, y=inp.y,
+                               conformal=ConformalSets(calibrator, class_cond=class_cond, seed=o.seed))
+        assert s is not None
+        out.rows += [r for r in _interval_rows("sets", name, None, s)
+                     if not r.metric.startswith("mean_width")]
+    return out
 
-    # point corrections at the run's k, parameters fitted on L
+
+def _correction_rows(out: Comparison, inp: CompareInputs, o: CompareOptions, nb: Neighbourhood) -> None:
+    """Point corrections at the run's k, their parameters fitted on L."""
     fitted: dict[str, Any] = {}
     for method in o.corrections:
-        choice, _ = fit_choice(inp.cal, method, inp.k, thr)
+        choice, _ = fit_choice(inp.cal, method, inp.k, inp.threshold)
         if choice.params:
             fitted[method] = dict(choice.params)
-        out.rows += _decision_rows("correction", method, inp.k, y, choice.theta(nb), thr)
+        out.rows += _decision_rows("correction", method, inp.k, inp.y, choice.theta(nb), inp.threshold)
     out.info["correction_params"] = fitted
 
-    # the cross-validated choice (L only), applied to the targets
+
+def _cv_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> tuple[Choice, tuple[int, ...]]:
+    """The cross-validated choice (L only) applied to the targets, every candidate's CV score, and
+    with the pool's prevalence the choice for L reweighted to the pool's class mix (its threshold
+    chosen too); returns the choice and the ks it chose among."""
+    y, thr = inp.y, inp.threshold
     ks = tuple(k for k in o.cv_ks if k <= inp.cal.max_k and k <= inp.nbr.shape[1])
     cv = select_by_cv(inp.cal, ks=ks, thresholds=(thr,), seed=o.seed)
     best = cv.best
@@ -286,38 +312,22 @@ def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Compar
         out.info["cv_prior_choice"] = {"method": bp.method, "k": bp.k, "params": dict(bp.params),
                                        "threshold": bp.threshold, "cv_weighted_f1": bp.cv_score,
                                        "label": _label(bp), "pool_prevalence": inp.pool_prevalence}
+    return best, ks
 
-    # intervals around the paper's NN-PPI, and around the CV choice
-    nb_cv = inp.neighbourhood(best.k)
-    for method in o.intervals:
-        _add_interval(out, "interval", method, nb, "paper", inp)
-        _add_interval(out, "interval-cv", method, nb_cv, best.theta, inp)
 
-    # standard calibrators on the score alone
+def _calibrator_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> None:
+    """Standard calibrators on the score alone (and, with the pool's prevalence, Bayes' rule from
+    L's class mix to the pool's)."""
     cal_params: dict[str, Any] = {}
     for name in o.calibrators:
         if name == "temperature" and inp.score_kind not in o.temperature_kinds:
             continue
         _, p, cal_params[name] = fit_predictor(name, inp.cal, inp.c)
-        out.rows += _decision_rows("calibrator", name, None, y, p, thr)
-        if inp.pool_prevalence is not None:  # Bayes' rule from L's class mix to the pool's
+        out.rows += _decision_rows("calibrator", name, None, inp.y, p, inp.threshold)
+        if inp.pool_prevalence is not None:
             q = adjust_prevalence(p, float(inp.cal.y.mean()), inp.pool_prevalence)
-            out.rows += _decision_rows("calibrator-prior", name, None, y, q, thr)
+            out.rows += _decision_rows("calibrator-prior", name, None, inp.y, q, inp.threshold)
     out.info["calibrator_params"] = cal_params
-
-    if o.head and inp.emb_cal is not None and inp.emb is not None:
-        out.info["head"] = _head_rows(out, inp, ks, o.seed, o.intervals)
-        out.info["auto"] = _auto_rows(out, inp, o.seed, o.intervals)
-
-    # conformal prediction sets (crepes)
-    for name in o.sets:
-        calibrator, class_cond = SET_METHODS[name]
-        _, s = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, y=y,
-                               conformal=ConformalSets(calibrator, class_cond=class_cond, seed=o.seed))
-        assert s is not None
-        out.rows += [r for r in _interval_rows("sets", name, None, s)
-                     if not r.metric.startswith("mean_width")]
-    return out
 
 
 def _auto_rows(out: Comparison, inp: CompareInputs, seed: int, intervals: Sequence[str]) -> dict[str, Any]:

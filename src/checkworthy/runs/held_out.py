@@ -44,7 +44,7 @@ from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, configured_scorer
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
-from checkworthy.store.run_spec import DEFAULT_CORRECTION
+from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord
 
 #: predictors compared by default: (model spec, score kind)
 DEFAULT_PREDICTORS = (
@@ -250,8 +250,8 @@ def _measure(engine: Engine, run_id: int, what: tuple[str, str, Event], rec: Rec
     label, name, event = what
     with engine.connect() as conn:
         rows = {r["source_id"]: r for r in load_results(conn, run_id)}
-        stored = load_run(conn, run_id)["params"]
-        share = prevalence_figures(stored.get("prevalence"), float(y.mean()))
+        stored = RunRecord.of(load_run(conn, run_id))
+        share = prevalence_figures(stored.prevalence, float(y.mean()))
         if event.dataset not in chosen_by.setdefault(label, {}):
             chosen_by[label][event.dataset] = labelled_auc(conn, run_id)
     res = [rows[r.id] for r in unl]
@@ -265,9 +265,9 @@ def _measure(engine: Engine, run_id: int, what: tuple[str, str, Event], rec: Rec
     measured.append(Measured(label, name, event.name, run_id,
                              figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
                                      col["ci_high"]) | share
-                             | review_figures(stored.get("review"), y, col["theta"], drift_status(
-                                 [r["neighbour_distances"][0] for r in res], stored.get("drift"))),
-                             stored.get("auto_choice"),
+                             | review_figures(stored.review, y, col["theta"], drift_status(
+                                 [r["neighbour_distances"][0] for r in res], stored.drift)),
+                             stored.auto_choice,
                              metrics.reliability(y, col["theta"])))
     return measured
 

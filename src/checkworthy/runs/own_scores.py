@@ -33,7 +33,7 @@ from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.languages import claim_languages, ensure_languages
 from checkworthy.store.lineages import ensure_head, register_target
 from checkworthy.store.review_queue import entries_of_run
-from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
+from checkworthy.store.run_spec import RunContext, RunMethods, RunRecord, RunSpec
 
 OUT_COLUMNS = ["id", "score", "theta", "ci_low", "ci_high", "decision", "knn_mean", "neighbors", "review",
                "language"]
@@ -234,12 +234,12 @@ def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, me
     with engine.connect() as conn:
         results = {r["claim_id"]: r for r in load_results(conn, run_id)}
         names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbour_ids"]])
-        run_params = load_run(conn, run_id)["params"]
+        record = RunRecord.of(load_run(conn, run_id))
         entries = entries_of_run(conn, run_id)
         stored_langs = claim_languages(conn, u_ids)
     langs = [stored_langs.get(i, "") for i in u_ids]
     queued = {e["claim_id"] for e in entries}
-    rule = run_params.get("review") or {}
+    rule = record.review or {}
     flags = {cid: int(cid in queued) for cid in results} if rule else {}
     try:
         _write_out(out, unl, u_ids, results, names, flags, langs)
@@ -261,11 +261,11 @@ def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, me
         got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
         got["nnppi"]["share_positive"] = float(y.mean())
         by_language = metrics_by_language(y, [int(r["decision"]) for r in res], langs)
-    return CalibrateOutcome(run_id, len(unl), got, in_labelled, run_params.get("prevalence"),
-                            run_params.get("prior"), run_params.get("auto_choice"), rule or None,
+    return CalibrateOutcome(run_id, len(unl), got, in_labelled, record.prevalence,
+                            record.prior, record.auto_choice, rule or None,
                             sum(flags.values()) if flags else None,
                             sum(e["cause"] == "drift" for e in entries) if flags else None,
-                            run_params.get("drift"), by_language)
+                            record.drift, by_language)
 
 
 def metrics_by_language(y: np.ndarray, decisions: list[int], langs: list[str]

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,30 +60,30 @@ from sqlalchemy import Connection, Engine
 from threadpoolctl import threadpool_limits
 
 from checkworthy.method import nnppi
-from checkworthy.method.drift import drift_status
-from checkworthy.method.metrics import metric_rows
+from checkworthy.runs.calibration import (
+    CalibrationOutcome,
+    finish_run,
+    fit,
+    is_paper_default,
+    raw_score_prevalence,
+    rule_and_drift,
+)
 from checkworthy.runs.calibration_run import (
     STARTING,
     ensure_run_languages,
-    is_paper_default,
     knn_record,
-    raw_score_prevalence,
     recall_sample,
-    rule_and_drift,
     run_calibration,
 )
-from checkworthy.runs.review_queue import queue_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo
 from checkworthy.store import recalibration as recal_store
 from checkworthy.store.calibration_runs import (
     close_abandoned_runs,
-    complete_run,
     fail_run,
     find_complete_run,
     find_parent_run,
-    has_unlabelled_results,
     insert_run,
     load_run,
     lock_run_key,
@@ -93,19 +93,16 @@ from checkworthy.store.calibration_runs import (
     unlock_run_key,
 )
 from checkworthy.store.knn import nearest_labelled
-from checkworthy.store.languages import claim_languages
 from checkworthy.store.lineages import target_claim_ids
-from checkworthy.store.metrics import store_metrics
 from checkworthy.store.rows import (
     ScoreKey,
     claim_scores,
     claim_text_hashes,
-    current_labels,
     label_set_claims_without_score,
     label_set_fingerprint,
     model_spec,
 )
-from checkworthy.store.run_spec import RunContext, RunSpec, key_of
+from checkworthy.store.run_spec import RunContext, RunRecord, RunSpec, run_key
 
 #: above this share of added claims in the new pool a full run is cheaper
 MAX_ADDED_SHARE = 0.5
@@ -195,13 +192,14 @@ def same_knn_path(run: Any, spec: RunSpec) -> bool:
     """Whether ``run`` found its neighbours the way ``spec`` does: an exact run's lists are merged
     exactly, an HNSW run's keep the index's approximation (so its ``ef_search`` and the index's
     build must match too)."""
-    return spec.knn_path.found((run["params"] or {}).get("knn"))
+    return spec.methods.knn_path.found(RunRecord.of(run).knn)
 
 
 def pool_changes(conn: Connection, spec: RunSpec, parent_run_id: int) -> PoolChanges:
     """Compare the eligible labelled pools of the parent's label set and of ``spec``'s."""
     parent = load_run(conn, parent_run_id)
-    rows = recal_store.pools(conn, spec.label_set_id, parent["label_set_id"], spec.key, spec.embed_model)
+    rows = recal_store.pools(conn, spec.label_set_id, parent["label_set_id"], spec.key,
+                             spec.methods.embed_model)
     df = pd.DataFrame(rows, columns=["claim_id", "new", "old", "score", "since"]).set_index("claim_id")
     new, old = df[df["new"].notna()], df[df["old"].notna()]
     old_strict = set(old.index[old["since"] < parent["started_at"]])
@@ -239,13 +237,15 @@ def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
           on_kept: Callable[[NDArray[np.int64]], None] | None,
           checker: tuple[ThreadPoolExecutor, Connection] | None) -> Plan:
     """The body of :func:`plan` (``checker``: where to fetch exact distances while reading)."""
-    k = spec.k
+    k, embed_model = spec.methods.k, spec.methods.embed_model
     wanted = np.asarray(sorted(set(spec.claim_ids)), dtype=np.int64)
     removed, changed = np.asarray(ch.removed, dtype=np.int64), np.asarray(ch.changed, dtype=np.int64)
-    added_ids, added_vectors = _added_vectors(conn, ch.added, spec.embed_model)
-    blocks, candidates, checks = [], [], []
+    added_ids, added_vectors = _added_vectors(conn, ch.added, embed_model)
+    blocks: list[tuple[np.ndarray, ...]] = []
+    candidates: list[tuple[np.ndarray, ...]] = []
+    checks: list[Future[pd.DataFrame]] = []
     for rows in recal_store.parent_blocks(conn, parent_run_id, k, PARENT_BLOCK,
-                                          spec.embed_model if ch.added else None):
+                                          spec.methods.embed_model if ch.added else None):
         ids = rows["id"].astype(np.int64)
         nids = np.stack([rows[f"n{i}"] for i in range(k)], axis=1).astype(np.int64)
         nds = np.stack([rows[f"d{i}"] for i in range(k)], axis=1).astype(float)
@@ -261,13 +261,36 @@ def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
             if checker is None:
                 candidates.append(pairs)
             elif len(i):
-                checks.append(checker[0].submit(_exact_entering, checker[1], spec.embed_model, *pairs))
+                checks.append(checker[0].submit(_exact_entering, checker[1], embed_model, *pairs))
         copied = in_parent & ~lost & ~relabelled & ~near
         if on_kept is None:
             copied[:] = False
         elif copied.any():
             on_kept(ids[copied])
         blocks.append((ids, rows["score"].astype(float), nids, nds, in_parent, lost, relabelled, copied))
+    entering = _entering(conn, embed_model, checks, candidates)
+    return _assemble(conn, spec, parent_run_id, ch, wanted, blocks, entering)
+
+
+def _entering(conn: Connection, embed_model: str, checks: list[Future[pd.DataFrame]],
+              candidates: list[tuple[np.ndarray, ...]]) -> pd.DataFrame:
+    """The added claims that enter a target's k nearest (claim_id, neighbour_id, distance): those
+    the checks found while the parent was read, and those of the ``candidates`` left to check."""
+    found = [job.result() for job in checks]
+    if candidates:
+        found.append(_exact_entering(conn, embed_model, *(np.concatenate(c) for c in zip(*candidates))))
+    found = [f for f in found if len(f)]
+    if not found:
+        return pd.DataFrame(columns=["claim_id", "neighbour_id", "distance"])
+    return pd.concat(found, ignore_index=True)
+
+
+def _assemble(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges, wanted: np.ndarray,
+              blocks: list[tuple[np.ndarray, ...]], entering: pd.DataFrame) -> Plan:
+    """The plan from the parent's blocks as :func:`_plan` read them (claim ids, scores, neighbour
+    ids and distances, and which are wanted, lost a neighbour, lost a label, were copied) and the
+    added claims that enter some target's neighbours."""
+    k = spec.methods.k
     if not blocks:  # a parent run without rows
         blocks = [(np.zeros(0, np.int64), np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k)),
                    *[np.zeros(0, bool)] * 4)]
@@ -283,15 +306,7 @@ def _plan(conn: Connection, spec: RunSpec, parent_run_id: int, ch: PoolChanges,
     need_knn = {i for i, sc in stored.items() if sc is not None}  # new to the target: full SQL kNN
     scores |= {i: stored[i] for i in need_knn}
     need_knn |= set(ids[lost].tolist())
-    touched = set(ids[relabelled].tolist())
-    found = [job.result() for job in checks]
-    if candidates:
-        found.append(_exact_entering(conn, spec.embed_model, *(np.concatenate(c) for c in zip(*candidates))))
-    found = [f for f in found if len(f)]
-    entering = pd.DataFrame(columns=["claim_id", "neighbour_id", "distance"])
-    if found:
-        entering = pd.concat(found, ignore_index=True)
-        touched |= set(entering["claim_id"].tolist())
+    touched = set(ids[relabelled].tolist()) | set(entering["claim_id"].tolist())
     merge = sorted(touched - need_knn)
     recomputed = np.fromiter(need_knn | touched, np.int64)
     keep = ids[in_parent & ~copied & ~np.isin(ids, recomputed)].tolist()
@@ -320,7 +335,8 @@ def _prefilter(targets: np.ndarray, added: np.ndarray, kth: NDArray[np.float64],
     norms = np.sqrt(np.einsum("ij,ij->i", T, T))
     limit = (1.0 - kth - PREFILTER_MARGIN).astype(np.float32) * norms
     limit[~eligible] = np.inf  # never a candidate
-    return np.nonzero(T @ added.T >= limit[:, None])  # cos >= 1 - (kth + margin)
+    rows, cols = np.nonzero(T @ added.T >= limit[:, None])  # cos >= 1 - (kth + margin)
+    return rows, cols
 
 
 def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64], cand_a: NDArray[np.int64],
@@ -341,7 +357,9 @@ def _exact_entering(conn: Connection, embed_model: str, cand_t: NDArray[np.int64
 
 def _merge_neighbours(conn: Connection, spec: RunSpec, p: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New top-k of the merge claims: the parent's k neighbours plus the added claims that enter."""
-    k = spec.k
+    k = spec.methods.k
+    if p.parent_nb is None:
+        raise RuntimeError("the plan holds no parent rows to merge")
     t_ids, nids, nds = p.parent_nb
     sel = np.isin(t_ids, np.asarray(p.merge, dtype=np.int64))
     ids, nid, nd = t_ids[sel], nids[sel], nds[sel]
@@ -373,13 +391,13 @@ class ResultRows:
 
 def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> ResultRows:
     """Result rows of the recomputed claims: the SQL-kNN claims, then the merged ones."""
-    k = spec.k
+    k = spec.methods.k
     # (claim ids, neighbour ids, distances, neighbour labels, neighbour scores) per way of finding them
     parts = [(np.zeros(0, np.int64), np.zeros((0, k), np.int64), np.zeros((0, k)), np.zeros((0, k), np.int64),
               np.zeros((0, k)))]
     if p.knn:
-        nb = nearest_labelled(conn, spec.label_set_id, p.knn, k, spec.key, embed_model=spec.embed_model,
-                              knn=spec.knn_path)
+        nb = nearest_labelled(conn, spec.label_set_id, p.knn, k, spec.key,
+                              embed_model=spec.methods.embed_model, knn=spec.methods.knn_path)
         parts.append((nb.claim_ids, nb.neighbour_ids, nb.distances, nb.labels, nb.scores))
     if p.merge:
         ids, nid, dist = _merge_neighbours(conn, spec, p)
@@ -392,7 +410,7 @@ def compute_incremental(conn: Connection, spec: RunSpec, p: Plan) -> ResultRows:
         parts.append((ids, nid, dist, lab, sc))
     ids, nid, dist, lab, sc = (np.concatenate(column) for column in zip(*parts))
     c = np.array([p.scores[i] for i in ids.tolist()], dtype=float)
-    res = nnppi.nnppi(c, lab, sc, spec.alpha, spec.threshold)
+    res = nnppi.nnppi(c, lab, sc, spec.methods.alpha, spec.methods.threshold)
     return ResultRows(ids.astype(np.int64), res, nid.astype(np.int64), dist.astype(float))
 
 
@@ -430,63 +448,51 @@ class KeptRowsCopier:
 def store_incremental(conn: Connection, spec: RunSpec, run_id: int, p: Plan, rows: ResultRows,
                       copier: KeptRowsCopier | None = None) -> None:
     """Finish the run's rows (the copies ``copier`` was given while planning, the rest of the
-    unaffected rows from the parent in SQL, the recomputed ones by COPY), its metrics and status."""
+    unaffected rows from the parent in SQL, the recomputed ones by COPY), then the run itself
+    (:func:`checkworthy.runs.calibration.finish_run`) with what its stored rows give."""
     if copier is not None:
         copier.wait()
     if p.keep:
         recal_store.copy_kept(conn, run_id, p.parent_run_id, p.keep)
     recal_store.copy_results(conn, run_id, rows.claim_ids, rows.result, rows.neighbour_ids,
                              rows.neighbour_distances)
-    n_cal = p.n_copied + len(rows)
+    finish_run(conn, run_id, stored_outcome(conn, spec, run_id, p, len(rows)))
+
+
+def stored_outcome(conn: Connection, spec: RunSpec, run_id: int, p: Plan, n_recomputed: int
+                   ) -> CalibrationOutcome:
+    """An incremental run's outcome read back from its stored rows (copied and recomputed): the
+    results, their drift figure and rule on the run's label set, the batch's share, and the counts
+    of what was recomputed, copied and changed."""
+    n_cal = p.n_copied + n_recomputed
     stored = result_values(conn, run_id) if n_cal else []
-    if n_cal and not has_unlabelled_results(conn, run_id):
-        gold = current_labels(conn, [r.claim_id for r in stored])
-        arr = {c: np.array([getattr(r, c) for r in stored], dtype=float)
-               for c in ("score", "theta", "ci_low", "ci_high", "knn_mean")}
-        result = nnppi.NNPPIResult(
-            score=arr["score"], theta=arr["theta"], ci_low=arr["ci_low"], ci_high=arr["ci_high"],
-            knn_mean=arr["knn_mean"], decision=np.array([int(r.decision) for r in stored]),
-            knn_decision=nnppi.decide(arr["knn_mean"], spec.threshold),
-            baseline_decision=nnppi.decide(arr["score"], spec.threshold))
-        store_metrics(conn, run_id, metric_rows(np.array([gold[r.claim_id] for r in stored]), result))
-    counts = {"n_claims": len(spec.claim_ids), "n_calibrated": n_cal,
-              "n_without_score": len(spec.claim_ids) - n_cal, "n_recomputed": len(rows),
-              "n_copied": p.n_copied} | {f"n_{k}_labelled": v for k, v in p.changes.items()}
+    ids = [r.claim_id for r in stored]
+    arr = {c: np.array([getattr(r, c) for r in stored], dtype=float)
+           for c in ("score", "theta", "ci_low", "ci_high", "knn_mean", "nearest")}
+    result = nnppi.NNPPIResult.decided(arr["score"], arr["theta"], arr["ci_low"], arr["ci_high"],
+                                       arr["knn_mean"], spec.methods.threshold,
+                                       np.array([int(r.decision) for r in stored]))
+    record = RunRecord(n_claims=len(spec.claim_ids), n_calibrated=n_cal,
+                       n_without_score=len(spec.claim_ids) - n_cal,
+                       extra={"n_recomputed": n_recomputed, "n_copied": p.n_copied}
+                       | {f"n_{k}_labelled": v for k, v in p.changes.items()})
     if n_cal:
-        theta = np.array([r.theta for r in stored])
-        counts["knn"] = incremental_knn_record(conn, spec, run_id, [r.claim_id for r in stored])
-        nearest = np.array([r.nearest for r in stored])
-        ids = [r.claim_id for r in stored]
-        figures = rule_and_drift(conn, spec, theta, nearest, stored_neighbour_ids(conn, run_id, ids), ids)
-        scores = np.array([r.score for r in stored])
-        counts |= raw_score_prevalence(conn, spec, scores, figures["drift"]) | figures
-        langs = claim_languages(conn, ids)
-        queue_run(conn, run_id, counts["review"], ids, theta,
-                  drift_status(nearest, figures["drift"], [langs.get(i) for i in ids]))
-    complete_run(conn, run_id, counts)
+        figures = rule_and_drift(conn, fit(conn, spec), result.theta, arr["nearest"],
+                                 stored_neighbour_ids(conn, run_id, ids), ids)
+        record |= replace(figures, knn=incremental_knn_record(conn, spec, run_id, ids),
+                          prevalence=raw_score_prevalence(conn, spec, result.score, figures.drift))
+    return CalibrationOutcome(np.asarray(ids, dtype=np.int64), result, arr["nearest"], record)
 
 
 def incremental_knn_record(conn: Connection, spec: RunSpec, run_id: int, claim_ids: list[int]
                            ) -> dict[str, Any]:
     """The run's kNN record (:func:`checkworthy.runs.calibration_run.knn_record`), its HNSW recall
     measured on the stored lists: the parent's index-found lists with entering labels merged."""
-    if spec.knn == "exact":
-        return spec.knn_path.as_dict()
+    if spec.methods.knn == "exact":
+        return spec.methods.knn_path.as_dict()
     ids = np.asarray(claim_ids, dtype=np.int64)
     rows = recall_sample(len(ids))
     return knn_record(conn, spec, ids[rows], stored_neighbour_ids(conn, run_id, ids[rows].tolist()))
-
-
-def fast_run_key(spec: RunSpec, fingerprint: str) -> str:
-    """:func:`checkworthy.store.run_spec.run_key`, without ``asdict`` deep-copying 100k claim ids.
-
-    Must equal ``run_key`` (tests check it): an incremental run and a full run of the same inputs
-    share one key, so either is reused by the other.
-    """
-    body: dict[str, Any] = {f.name: getattr(spec, f.name) for f in fields(spec)}
-    body |= {"key": asdict(spec.key), "claim_ids": sorted(spec.claim_ids), "fingerprint": fingerprint,
-             "label_set_id": None}
-    return key_of(body)
 
 
 def recalibrate(
@@ -501,7 +507,7 @@ def recalibrate(
         ctx = replace(ctx, extra=ctx.extra | {"validation_run_id": validation_run_id})
     with engine.connect() as lock:
         fingerprint = label_set_fingerprint(lock, spec.label_set_id)
-        key = fast_run_key(spec, fingerprint)
+        key = run_key(spec, fingerprint)
         existing = find_complete_run(lock, key)
         parent = None
         if not force_full and incremental_applies(spec):
@@ -515,6 +521,15 @@ def recalibrate(
     if parent is None:
         run_id = run_calibration(engine, spec, ctx)
         return RecalOutcome(run_id, "full", n_recomputed=len(spec.claim_ids))
+    return _recalibrate_from(engine, spec, ctx, (key, fingerprint), parent)
+
+
+def _recalibrate_from(engine: Engine, spec: RunSpec, ctx: RunContext, keyed: tuple[str, str],
+                      parent: int) -> RecalOutcome:
+    """:func:`recalibrate` from ``parent`` under the run's key (``keyed``: the key and the label
+    set's fingerprint), holding the key's lock: the run stored meanwhile is reused, and too many
+    added labels make it a full run."""
+    key, fingerprint = keyed
     with engine.connect() as lock:
         lock_run_key(lock, key)
         held = True
@@ -535,26 +550,31 @@ def recalibrate(
             with engine.begin() as conn:
                 ensure_run_languages(conn, spec)
                 run_id = insert_run(conn, spec, key, fingerprint, params, ctx, parent, "incremental")
-            try:
-                # the plan reads on one connection while a second fetches exact distances and the
-                # store's transaction copies the unaffected rows it reports on a third
-                with engine.connect() as reader, engine.connect() as checker, engine.begin() as conn:
-                    copier = KeptRowsCopier(conn, run_id, parent)
-                    try:
-                        p = plan(reader, spec, parent, changes, on_kept=copier, check_conn=checker)
-                        rows = compute_incremental(reader, spec, p)
-                        store_incremental(conn, spec, run_id, p, rows, copier)
-                    finally:
-                        copier.close()
-            except BaseException:
-                with engine.begin() as conn:
-                    fail_run(conn, run_id)
-                raise
-            return RecalOutcome(run_id, "incremental", parent, len(rows), p.n_copied, p.recomputed,
-                                p.changes)
+            return _incremental_run(engine, spec, run_id, parent, changes)
         finally:
             if held:
                 unlock_run_key(lock, key)
+
+
+def _incremental_run(engine: Engine, spec: RunSpec, run_id: int, parent: int, changes: PoolChanges
+                     ) -> RecalOutcome:
+    """Compute and store the running incremental run ``run_id`` from ``parent`` (failed on any
+    error). The plan reads on one connection while a second fetches exact distances and the
+    store's transaction copies the unaffected rows it reports on a third."""
+    try:
+        with engine.connect() as reader, engine.connect() as checker, engine.begin() as conn:
+            copier = KeptRowsCopier(conn, run_id, parent)
+            try:
+                p = plan(reader, spec, parent, changes, on_kept=copier, check_conn=checker)
+                rows = compute_incremental(reader, spec, p)
+                store_incremental(conn, spec, run_id, p, rows, copier)
+            finally:
+                copier.close()
+    except BaseException:
+        with engine.begin() as conn:
+            fail_run(conn, run_id)
+        raise
+    return RecalOutcome(run_id, "incremental", parent, len(rows), p.n_copied, p.recomputed, p.changes)
 
 
 # --------------------------------------------------------------------------- what is in force

@@ -44,35 +44,30 @@ from checkworthy.config import WINDOW_SECONDS, model_name
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
 from checkworthy.method.drift import FAR, NEW_LANGUAGE, drift, drift_status, with_languages
-from checkworthy.method.predictor_choice import FittedCorrection, uses_head
-from checkworthy.method.selective import ReviewRule
-from checkworthy.runs.calibration_run import (
-    LabelledPool,
-    apply_run,
-    ensure_run_languages,
-    fit_run,
-    is_paper_default,
-    labelled_pool,
-    neighbour_columns,
+from checkworthy.runs.calibration import (
+    CalibrationOutcome,
+    batch_neighbours,
+    calibrate,
+    fit,
+    store_rows,
 )
+from checkworthy.runs.calibration_run import ensure_run_languages
 from checkworthy.runs.recalibration import spec_from_run
-from checkworthy.runs.review_queue import queue_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, make_scorer, model_options
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import (
-    insert_results,
     insert_run,
     load_run,
     share_run_key,
     unshare_run_key,
 )
 from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
-from checkworthy.store.knn import Neighbours, nearest_labelled
+from checkworthy.store.knn import Neighbours
 from checkworthy.store.languages import claim_languages, ensure_languages, label_set_languages
-from checkworthy.store.run_spec import RunContext, run_key
+from checkworthy.store.run_spec import RunContext, RunRecord, run_key
 from checkworthy.store.served_runs import (
     complete_window,
     insert_request,
@@ -175,10 +170,12 @@ class ServedRun:
                                                self.run["prompt_version"])
             self._check_scorer()
             self.spec = spec_from_run(self.run, self.run["label_set_id"], ())
-            params = self.run["params"] or {}
-            self.rule = ReviewRule.from_dict(params["review"]) if params.get("review") else None
-            self.threshold = (params.get("prior") or {}).get("threshold_on_theta", self.run["threshold"])
-            self.pool, self.fitted = self._fit(conn, params)
+            #: what the run recorded: its rule, the prior it decided for, what ``auto`` chose
+            self.record = RunRecord.of(self.run)
+            self.rule = self.record.rule
+            self.threshold = self.record.threshold_on_theta(self.run["threshold"])
+            #: the run's calibration fitted on L once (the choice ``auto`` recorded, not made again)
+            self.fitted = fit(conn, self.spec, self.record.chosen)
         with engine.begin() as conn:
             ensure_run_languages(conn, self.spec)
             #: the languages of L's claims: a submitted claim in another is held back for a person
@@ -200,21 +197,10 @@ class ServedRun:
         if wrong:
             raise ValueError(f"run {self.run_id} cannot be served with this scorer: " + "; ".join(wrong))
 
-    def _fit(self, conn: Connection, params: Mapping[str, Any],
-             ) -> tuple[LabelledPool, FittedCorrection | None]:
-        """L's leave-one-out lists (for the drift figure, and the correction) and the fitted
-        correction (None on the paper's path, which fits nothing)."""
-        spec = self.spec
-        paper = is_paper_default(spec)
-        n_cols = spec.k if paper else neighbour_columns(spec.k, spec.interval_method, spec.correction)
-        pool = labelled_pool(conn, spec.label_set_id, spec.key, n_cols, spec.embed_model, spec.knn_path)
-        if paper:
-            return pool, None
-        chosen = (params.get("auto_choice") or {}).get("chosen")
-        head = uses_head((chosen or "") if spec.correction == "auto" else spec.correction)
-        emb = claim_embeddings(conn, pool.claim_ids.tolist(), spec.embed_model) if head else None
-        fc, _ = fit_run(spec, pool, emb, chosen)
-        return pool, fc
+    @property
+    def _review(self) -> dict[str, Any] | None:
+        """The run's rule as it recorded it (None: it has none), for its windows to record."""
+        return self.record.review if self.rule is not None else None
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -225,7 +211,8 @@ class ServedRun:
                 "model": self.model, "score_kind": r["score_kind"], "prompt_version": r["prompt_version"],
                 "params_hash": r["params_hash"], "embed_model": r["embed_model"], "k": r["k"],
                 "alpha": r["alpha"], "threshold": self.threshold, "interval": r["interval_method"],
-                "correction": self.spec.correction, "run_code_rev": r["code_rev"], "code_rev": self.code_rev}
+                "correction": self.spec.methods.correction, "run_code_rev": r["code_rev"],
+                "code_rev": self.code_rev}
 
     def calibrate(self, conn: Connection, claim_ids: Sequence[int],
                   ) -> tuple[nnppi.NNPPIResult, Neighbours] | None:
@@ -237,18 +224,14 @@ class ServedRun:
         usable = sorted(i for i in claim_ids if scores.get(i) is not None)
         if not usable:
             return None
-        n_cols = spec.k if self.fitted is None else self.pool.cal.max_k
-        nb = nearest_labelled(conn, spec.label_set_id, usable, n_cols, spec.key, embed_model=spec.embed_model,
-                              knn=spec.knn_path)
-        if len(nb.claim_ids) != len(usable):
-            raise RuntimeError("a submitted text has no embedding")
+        try:
+            nb = batch_neighbours(conn, self.fitted, usable)
+        except ValueError:
+            raise RuntimeError("a submitted text has no embedding") from None
         c = np.array([scores[int(i)] for i in nb.claim_ids], dtype=float)
-        if self.fitted is None:
-            return nnppi.nnppi(c, nb.labels, nb.scores, spec.alpha, spec.threshold), nb
-        emb = (claim_embeddings(conn, nb.claim_ids.tolist(), spec.embed_model)
-               if self.fitted.predictor is not None and self.fitted.predictor.uses_embeddings else None)
-        theta_in = self.fitted.scores(c, emb)
-        return apply_run(spec, self.pool, self.fitted, nb, c, theta_in, self.threshold)
+        emb = claim_embeddings(conn, nb.claim_ids.tolist(), spec.methods.embed_model) \
+            if self.fitted.needs_embeddings() else None
+        return calibrate(self.fitted, nb, c, emb, self.threshold)
 
     def calibrate_stored(self, claim_ids: Sequence[int]) -> tuple[nnppi.NNPPIResult, Neighbours] | None:
         """:meth:`calibrate` for stored claims (Label Studio's tasks): their vectors and scores are
@@ -283,13 +266,14 @@ class ServedRun:
                 res, nb = got
                 row = {int(c): i for i, c in enumerate(nb.claim_ids)}
                 claim_langs = [langs.get(int(c)) for c in nb.claim_ids]
-                figure = with_languages(drift(self.pool.cal.dist[:, 0], nb.distances[:, 0]).as_dict(),
+                figure = with_languages(drift(self.fitted.pool.loo_nearest, nb.distances[:, 0]).as_dict(),
                                         claim_langs, self.languages)
                 status = drift_status(nb.distances[:, 0], figure, claim_langs)
                 if self.rule is not None:
                     flags = self.rule.review(res.theta, status) == 1
                     reasons = self.rule.reasons(res.theta, status)
-                run_id = self._append(conn, (res, nb), status)
+                run_id = self._append(conn, CalibrationOutcome(
+                    nb.claim_ids, res, nb.distances[:, 0], RunRecord(review=self._review, drift=figure), nb))
                 names = store.claim_source_ids(conn, [int(n) for n in nb.neighbour_ids.ravel()])
             insert_request(conn, uid, key_id, endpoint, self.run_id, run_id, ids, figure)
         if self._closed:  # closed while this request was being stored: its window is closed too
@@ -311,17 +295,13 @@ class ServedRun:
                 far=bool(status[j] in (FAR, NEW_LANGUAGE)), language=langs.get(cid)))
         return Submission(uid, run_id, results, figure)
 
-    def _append(self, conn: Connection, got: tuple[nnppi.NNPPIResult, Neighbours], status: np.ndarray,
-                ) -> int:
-        """Append a request's results (``got``: the results and their neighbours) and the queue
-        entries of its rule (``status``: their drift status) to the open window's run, which the
-        first request after the window completes before opening the next; return that run's id."""
-        res, nb = got
+    def _append(self, conn: Connection, out: CalibrationOutcome) -> int:
+        """Append a request's outcome (its results and the queue entries of the run's rule and its
+        drift figure) to the open window's run, which the first request after the window completes
+        before opening the next; return that run's id."""
         lock_windows(conn, self.run_id)
         run_id = self._window(conn)
-        insert_results(conn, run_id, nb.claim_ids, res, nb.neighbour_ids, nb.distances)
-        if self.rule is not None:
-            queue_run(conn, run_id, self.run["params"]["review"], nb.claim_ids, res.theta, status)
+        store_rows(conn, run_id, out)
         return run_id
 
     def _window(self, conn: Connection) -> int:
@@ -338,12 +318,10 @@ class ServedRun:
         fp = self.run["label_set_fingerprint"]
         key = run_key(spec, fp)
         self._hold(key)
-        params: dict[str, Any] = {"correction": spec.correction, "served_run_id": self.run_id,
-                                  "window_seconds": self.window_seconds}
-        if self.rule is not None:
-            params["review"] = dict(self.run["params"]["review"])
-        return insert_run(conn, spec, key, fp, params, RunContext(code_rev=self.code_rev), self.run_id,
-                          "served")
+        record = RunRecord(correction=spec.methods.correction, review=self._review, extra={
+            "served_run_id": self.run_id, "window_seconds": self.window_seconds})
+        return insert_run(conn, spec, key, fp, record.to_json(), RunContext(code_rev=self.code_rev),
+                          self.run_id, "served")
 
     def _complete(self, conn: Connection, run_id: int) -> None:
         """Complete a window's run with what it holds: its requests, claims and results, the
@@ -351,14 +329,14 @@ class ServedRun:
         figure is in its ``api_requests`` row)."""
         got = window_counts(conn, run_id)
         nearest = np.asarray(got.nearest, dtype=float)
-        params: dict[str, Any] = {
-            "n_requests": got.n_requests, "n_claims": got.n_claims, "n_calibrated": len(nearest),
-            "n_without_score": got.n_claims - len(nearest),
-            "drift": drift(self.pool.cal.dist[:, 0], nearest).as_dict()}
-        if self.rule is not None:
-            params["review"] = dict(self.run["params"]["review"]) | {
-                "automated_share": 1 - got.n_queued / len(nearest)}
-        complete_window(conn, run_id, params)
+        review = self._review
+        if review is not None:
+            review = dict(review) | {"automated_share": 1 - got.n_queued / len(nearest)}
+        record = RunRecord(
+            n_claims=got.n_claims, n_calibrated=len(nearest), n_without_score=got.n_claims - len(nearest),
+            drift=drift(self.fitted.pool.loo_nearest, nearest).as_dict(), review=review,
+            extra={"n_requests": got.n_requests})
+        complete_window(conn, run_id, record.to_json())
 
     def _hold(self, key: str) -> None:
         """Hold the shared hold on run key ``key`` (on a connection of this object's own), and let

@@ -210,15 +210,6 @@ def result_values(conn: Connection, run_id: int) -> Sequence[Row[Any]]:
                 FROM calibrated_results WHERE run_id = :r ORDER BY claim_id"""), {"r": run_id}).all()
 
 
-def has_unlabelled_results(conn: Connection, run_id: int) -> bool:
-    """Whether a calibrated claim of the run has no label (then it gets no metrics)."""
-    return cast(bool, conn.execute(
-        text("""SELECT EXISTS (SELECT 1 FROM calibrated_results r WHERE r.run_id = :r
-                               AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.claim_id = r.claim_id))"""),
-        {"r": run_id},
-    ).scalar_one())
-
-
 # ---- which runs are in force ------------------------------------------------------------------
 
 
@@ -241,8 +232,8 @@ def find_parent_run(conn: Connection, spec: RunSpec) -> int | None:
                ORDER BY r.id DESC LIMIT 1"""
         ),
         {name: value for name, value in spec.to_row().items() if name not in ("params", "claim_ids")}
-        | {"correction": spec.correction, "default_correction": DEFAULT_CORRECTION,
-           "knn": json.dumps(spec.knn_path.as_dict()), "unrecorded": json.dumps(UNRECORDED)},
+        | {"correction": spec.methods.correction, "default_correction": DEFAULT_CORRECTION,
+           "knn": json.dumps(spec.methods.knn_path.as_dict()), "unrecorded": json.dumps(UNRECORDED)},
     ).scalar()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from checkworthy.config import EF_SEARCH, EMBED_MODEL
@@ -21,7 +21,7 @@ from checkworthy.method.corrections import CORRECTIONS
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.nnppi import THRESHOLD
 from checkworthy.method.predictor_choice import PREDICTOR_RUNS
-from checkworthy.method.selective import RISKS
+from checkworthy.method.selective import RISKS, ReviewRule
 from checkworthy.store.knn import KnnPath
 from checkworthy.store.rows import ScoreKey, sha256_text
 
@@ -79,75 +79,145 @@ class RunMethods:
         return KnnPath(self.knn, self.ef_search)
 
 
+#: the keys of a run's ``params`` that :class:`RunRecord` holds in fields of their own
+_RECORD_FIELDS = ("correction", "n_claims", "n_calibrated", "n_without_score", "knn", "review", "drift",
+                  "prevalence", "prior", "auto_choice")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's ``params`` JSON, typed: what its spec adds (the correction), what the run counted and
+    recorded when it completed (its kNN path and recall, decide-or-review rule, drift figure, the
+    batch's share, the prior decided for, the ``auto`` choice) and, in ``extra``, whatever else it
+    recorded (what was fitted, its mode's counts, its provenance). :meth:`from_json` reads any
+    stored run (a key it lacks: the default of the runs that predate it); :meth:`to_json` writes
+    only what is set, so that a record read back is written back unchanged."""
+
+    #: the point correction (None: not recorded here; a run that records none used the paper's)
+    correction: str | None = None
+    n_claims: int | None = None
+    n_calibrated: int | None = None
+    n_without_score: int | None = None
+    #: how neighbours were found (:meth:`checkworthy.store.knn.KnnPath.as_dict`), with an HNSW
+    #: run's recall@k on its sample
+    knn: dict[str, Any] | None = None
+    #: the decide-or-review rule (:meth:`ReviewRule.as_dict`) and its ``automated_share``
+    review: dict[str, Any] | None = None
+    #: the batch's drift figure (:func:`checkworthy.method.drift.drift`)
+    drift: dict[str, Any] | None = None
+    #: the batch's share of label 1 (:meth:`checkworthy.method.prevalence.Prevalence.as_dict`)
+    prevalence: dict[str, Any] | None = None
+    #: the prior decided for when it is the batch's: ``mode``, ``threshold_on_theta``, ...
+    prior: dict[str, Any] | None = None
+    #: what ``auto`` chose on L: ``chosen`` and its ``cv_f1_positive`` figures
+    auto_choice: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run: Mapping[str, Any]) -> RunRecord:
+        """The record of a ``calibration_runs`` row (its ``params``)."""
+        return cls.from_json(run["params"])
+
+    @classmethod
+    def from_json(cls, params: Mapping[str, Any] | None) -> RunRecord:
+        """The record of a stored run's ``params`` (None: a run that recorded none)."""
+        params = params or {}
+        known: dict[str, Any] = {k: params[k] for k in _RECORD_FIELDS if params.get(k) is not None}
+        return cls(**known, extra={k: v for k, v in params.items() if k not in _RECORD_FIELDS})
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``params`` stores it: every field that is set, then ``extra``."""
+        out = {k: getattr(self, k) for k in _RECORD_FIELDS if getattr(self, k) is not None}
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in out.items()} | dict(self.extra)
+
+    def __or__(self, other: RunRecord) -> RunRecord:
+        """This record with what ``other`` records added (``other``'s where both record a key),
+        as the store adds a completing run's record to its params."""
+        return RunRecord.from_json(self.to_json() | other.to_json())
+
+    @property
+    def used_correction(self) -> str:
+        """The run's correction (a run that records none used the paper's)."""
+        return self.correction or DEFAULT_CORRECTION
+
+    @property
+    def rule(self) -> ReviewRule | None:
+        """The run's decide-or-review rule (None: it has none)."""
+        return ReviewRule.from_dict(self.review) if self.review else None
+
+    @property
+    def automated_share(self) -> float | None:
+        """The share of the run's claims its rule decided automatically (None: no rule, or none
+        recorded)."""
+        return (self.review or {}).get("automated_share")
+
+    @property
+    def knn_path(self) -> KnnPath:
+        """How the run found its neighbours (a run that records none: exact)."""
+        return KnnPath.recorded_by(self.knn)
+
+    @property
+    def batch_prior(self) -> bool:
+        """Whether the run decided for the batch's prior."""
+        return (self.prior or {}).get("mode") == "batch"
+
+    def threshold_on_theta(self, threshold: float) -> float:
+        """The threshold the run's decisions are theta >= (the run's own ``threshold`` unless it
+        decided for the batch's prior)."""
+        return float((self.prior or {}).get("threshold_on_theta", threshold))
+
+    @property
+    def chosen(self) -> str | None:
+        """The correction ``auto`` chose (None: not an ``auto`` run, or one that recorded none)."""
+        return (self.auto_choice or {}).get("chosen")
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything that determines a calibration's result: what (target claims, label set, score
-    key) and how (the fields of :class:`RunMethods`, checked when the spec is built). Every field
-    is part of the run key (:func:`run_key`)."""
+    key) and how (its :class:`RunMethods`, checked when they are built). Every field is part of
+    the run key (:func:`run_key`)."""
 
     target: str
     claim_ids: tuple[int, ...]
     label_set_id: int
     key: ScoreKey
-    k: int
-    alpha: float = 0.05
-    threshold: float = THRESHOLD
-    interval_method: str = "z"
-    embed_model: str = EMBED_MODEL
-    correction: str = DEFAULT_CORRECTION
-    prior: str = "labelled"
-    review_risk: str = "error"
-    max_risk: float = 0.1
-    delta: float = 0.1
-    knn: str = "exact"
-    ef_search: int = EF_SEARCH
-
-    def __post_init__(self) -> None:
-        self.methods  # noqa: B018 - RunMethods refuses what no run may use
+    methods: RunMethods
 
     @classmethod
     def of(cls, target: str, claim_ids: Sequence[int], label_set_id: int, key: ScoreKey,
            methods: RunMethods) -> RunSpec:
         """The spec calibrating ``claim_ids`` against ``label_set_id`` under ``key``, by ``methods``."""
-        return cls(target, tuple(claim_ids), label_set_id, key, **asdict(methods))
-
-    @property
-    def methods(self) -> RunMethods:
-        return RunMethods(**{f.name: getattr(self, f.name) for f in fields(RunMethods)})
-
-    @property
-    def knn_path(self) -> KnnPath:
-        return KnnPath(self.knn, self.ef_search)
+        return cls(target, tuple(claim_ids), label_set_id, key, methods)
 
     def to_row(self) -> dict[str, Any]:
         """The spec as a ``calibration_runs`` row stores it: columns, and the ``params`` it adds
         (its correction). The prior, the review rule and the kNN path are recorded in ``params``
         when the run completes (what was fitted with them); :meth:`from_row` reads them back."""
+        m = self.methods
         return {"target": self.target, "claim_ids": sorted({int(i) for i in self.claim_ids}),
                 "label_set_id": self.label_set_id, "model_id": self.key.model_id,
                 "prompt_version": self.key.prompt_version, "params_hash": self.key.params_hash,
-                "score_kind": self.key.score_kind, "embed_model": self.embed_model, "k": self.k,
-                "alpha": self.alpha, "threshold": self.threshold, "interval_method": self.interval_method,
-                "params": {"correction": self.correction}}
+                "score_kind": self.key.score_kind, "embed_model": m.embed_model, "k": m.k,
+                "alpha": m.alpha, "threshold": m.threshold, "interval_method": m.interval_method,
+                "params": RunRecord(correction=m.correction).to_json()}
 
     @classmethod
     def from_row(cls, run: Mapping[str, Any], label_set_id: int, claim_ids: Sequence[int]) -> RunSpec:
         """The calibration a stored run made, on ``label_set_id`` and ``claim_ids`` (a run rerun
         on another label set or on its target's current claims); a run that recorded no
         correction, prior, review rule or kNN path used the defaults."""
-        params = run["params"] or {}
-        review = params.get("review") or {}
-        path = KnnPath.recorded_by(params.get("knn"))
-        return cls(
-            target=run["target"], claim_ids=tuple(sorted(claim_ids)), label_set_id=label_set_id,
-            key=ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"]),
+        record = RunRecord.of(run)
+        review = record.review or {}
+        path = record.knn_path
+        methods = RunMethods(
             k=run["k"], alpha=run["alpha"], threshold=run["threshold"],
             interval_method=run["interval_method"], embed_model=run["embed_model"],
-            correction=params.get("correction", DEFAULT_CORRECTION),
-            prior="batch" if (params.get("prior") or {}).get("mode") == "batch" else "labelled",
+            correction=record.used_correction, prior="batch" if record.batch_prior else "labelled",
             review_risk=review.get("risk", "error"), max_risk=review.get("max_risk", 0.1),
-            delta=review.get("delta", 0.1), knn=path.path, ef_search=path.ef_search,
-        )
+            delta=review.get("delta", 0.1), knn=path.path, ef_search=path.ef_search)
+        key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
+        return cls(run["target"], tuple(sorted(claim_ids)), label_set_id, key, methods)
 
 
 @dataclass
@@ -163,9 +233,16 @@ class RunContext:
 
 def run_key(spec: RunSpec, fingerprint: str) -> str:
     """sha256 over every input of the run."""
-    body = asdict(spec) | {"claim_ids": sorted(spec.claim_ids), "fingerprint": fingerprint}
-    body["label_set_id"] = None  # the fingerprint, not the row id, identifies the labels
-    return key_of(body)
+    return key_of(key_body(spec, sorted(spec.claim_ids), fingerprint))
+
+
+def key_body(spec: RunSpec, claim_ids: list[int], fingerprint: str) -> dict[str, Any]:
+    """What a run key hashes: the spec's what and its methods' fields side by side (as when the
+    spec held them itself), its sorted ``claim_ids`` and the label set's ``fingerprint`` instead of
+    the label set's row id."""
+    return {"target": spec.target, "key": asdict(spec.key), "claim_ids": claim_ids,
+            "label_set_id": None,  # the fingerprint, not the row id, identifies the labels
+            "fingerprint": fingerprint} | asdict(spec.methods)
 
 
 #: how drift acts on a run's decisions (:func:`checkworthy.method.drift.drift_status`), in every run

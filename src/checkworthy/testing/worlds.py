@@ -22,7 +22,7 @@ from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import ensure_embeddings, store_embeddings
-from checkworthy.store.run_spec import RunSpec
+from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import clef, clef_claims
 
 
@@ -87,7 +87,7 @@ def build_world(engine, tag: str, n_per_class: int = 60, n_extra: int = 60, seed
 
 def spec(w: World, label_set_id: int, k: int = 5, target_ids=None) -> RunSpec:
     """The run spec of ``w``'s targets (or ``target_ids``) on a label set."""
-    return RunSpec(w.target, tuple(sorted(target_ids or w.target_ids)), label_set_id, w.key, k)
+    return RunSpec(w.target, tuple(sorted(target_ids or w.target_ids)), label_set_id, w.key, RunMethods(k))
 
 
 def results(conn, run_id):
@@ -98,8 +98,10 @@ def results(conn, run_id):
 def assert_equals_full(engine, s: RunSpec, run_id: int) -> dict:
     """The stored run equals a from-scratch computation of the same spec (same SQL kNN, same NN-PPI)."""
     with engine.connect() as conn:
-        ids, res, nb, _ = compute(conn, s)
+        out = compute(conn, s)
         got = results(conn, run_id)
+    ids, res, nb = out.claim_ids, out.result, out.neighbours
+    assert nb is not None  # a computed outcome holds its neighbours
     assert sorted(got) == sorted(int(i) for i in ids)
     for i, cid in enumerate(ids):
         r = got[int(cid)]
@@ -147,7 +149,8 @@ class Scenario:
     scores: dict[str, float]
 
     def spec(self, k: int = 5, **kw) -> RunSpec:
-        return RunSpec(f"{self.name}:U", tuple(self.unl_ids), self.label_set_id, self.key, k, **kw)
+        methods = RunMethods(k, **kw)
+        return RunSpec(f"{self.name}:U", tuple(self.unl_ids), self.label_set_id, self.key, methods)
 
 
 def build_scenario(engine: Engine, name: str, n_lab: int = 40, n_unl: int = 15, offset: int = 0,
