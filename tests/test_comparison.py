@@ -119,6 +119,43 @@ def test_targets_met():
     assert met == {("interval", "mondrian", 5): True, ("interval", "conformal", 5): False}
 
 
+def with_embeddings(inp: CompareInputs, seed: int = 0) -> CompareInputs:
+    """Synthetic inputs with 16-d embeddings that track the score (so the head and ``auto`` run)."""
+    m = inp.cal.m
+    emb = np.random.default_rng(seed).normal(0, 1, (m + len(inp.c), 16))
+    emb[:, 0] += 3 * np.concatenate([inp.cal.c, inp.c])
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    return CompareInputs(**{**inp.__dict__, "emb_cal": emb[:m], "emb": emb[m:], "pool_prevalence": 0.3})
+
+
+def test_a_pass_fits_each_once_and_changes_no_figure():
+    base = with_embeddings(synthetic(m=160, n=80, seed=5))
+    fits, seen = comparisons.ComparisonFits(), []
+    for k in (3, 5):
+        inp = CompareInputs(**{**base.__dict__, "k": k})
+        before = set(fits.entries)
+        shared = compare(inp, fits=fits, progress=lambda done, total: seen.append((done, total)))
+        alone = compare(inp)
+        assert shared.rows == alone.rows and shared.info == alone.info  # the same figures, to the bit
+        added = [key[1:] for key in fits.entries if key not in before]
+        fitted = [key for key in added if key[0] == "fit"]
+        assert len(fitted) == len(set(fitted)) and all(key[2] == k for key in fitted)  # once per (run, k)
+        # what does not read k is fitted for the first run only: the CV choices on L and on the head
+        assert sum(key[0] == "cv" for key in added) == (3 if k == 3 else 0)
+    assert seen == [(i, 7) for i in range(1, 8)] * 2  # every step, on the head's and auto's runs too
+    # the fits are the calibration service's: the auto correction is the one a run fits
+    fc, fitted_auto = fits.entries[(comparisons.labelled_digest(inp), "fit", "auto", 5, inp.threshold, 0)]
+    assert shared.info["auto"]["chosen"] == fitted_auto["auto_choice"]["chosen"]
+
+
+def test_comparison_progress_says_where_it_is():
+    lines: list[str] = []
+    progress = comparisons.comparison_progress(7, lines.append)
+    progress(2, 7)
+    assert len(lines) == 1 and lines[0].startswith("  compared methods on run 7: 2/7 steps (")
+    assert lines[0].endswith(" min left)") and "/s, ~" in lines[0]
+
+
 # ---------------------------------------------------------------------------- stored runs
 
 N_LAB, N_ALL = 100, 150

@@ -219,14 +219,22 @@ def fit_run(spec: RunSpec, pool: LabelledPool, emb: np.ndarray | None = None, ch
     (the embedding head and ``auto`` need them).
     """
     m = spec.methods
-    correction, fitted = m.correction, {}
+    return fit_labelled(pool.cal, m.correction, m.k, m.threshold, emb, chosen)
+
+
+def fit_labelled(cal: LabelledSet, correction: str, k: int, threshold: float, emb: np.ndarray | None = None,
+                 chosen: str | None = None, seed: int = 0) -> tuple[FittedCorrection, dict[str, Any]]:
+    """:func:`fit_run` on L's arrays alone (pure; the method comparisons fit through it too):
+    ``correction`` at ``k`` with decisions at ``threshold``, ``auto`` choosing on L unless
+    ``chosen``; ``emb``: L's embeddings; ``seed``: the folds of ``auto`` and of the head."""
+    fitted: dict[str, Any] = {}
     if correction == "auto" and chosen is None:
         if emb is None:
             raise ValueError("the auto correction needs the claims' embeddings")
-        chosen, figures = choose_correction(pool.cal, emb, m.k, m.threshold)
+        chosen, figures = choose_correction(cal, emb, k, threshold, seed=seed)
         fitted["auto_choice"] = {"chosen": chosen, "cv_f1_positive": figures}
     name = chosen if correction == "auto" and chosen is not None else correction
-    fc = correction_on(name, pool.cal, m.k, m.threshold, emb)
+    fc = correction_on(name, cal, k, threshold, emb, seed)
     return fc, fitted | fc.fitted
 
 

@@ -52,11 +52,13 @@ for what each interval promises). Labels are taken as of the run's finish, as th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -68,18 +70,15 @@ from checkworthy.method.calibrators import ConformalSets, adjust_prevalence, pre
 from checkworthy.method.corrections import (
     CORRECTIONS,
     Choice,
+    CVResult,
     LabelledSet,
     Neighbourhood,
     select_by_cv,
 )
 from checkworthy.method.intervals import INTERVAL_METHODS, IntervalSummary, summarise
-from checkworthy.method.predictor_choice import (
-    choose_correction,
-    fit_choice,
-    fit_correction,
-    fit_predictor,
-)
-from checkworthy.runs.calibration import labelled_pool, neighbour_columns
+from checkworthy.method.predictor_choice import FittedCorrection
+from checkworthy.runs.calibration import fit_labelled, labelled_pool, neighbour_columns
+from checkworthy.runs.scoring import Progress, rate_progress
 from checkworthy.store.comparisons import (
     comparison_run,
     find_comparison,
@@ -97,6 +96,7 @@ from checkworthy.store.rows import ScoreKey, sha256_text
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int_]
+T = TypeVar("T")
 
 #: bump when a computation changes: stored comparisons of older versions are not reused
 COMPARISON_VERSION = 5  # 2: the embedding head; 3: its L figures cross-fitted pairwise, its intervals;
@@ -240,56 +240,110 @@ def _label(choice: Choice) -> str:
     return f"{choice.method}({inner})"
 
 
-def compare(inp: CompareInputs, options: CompareOptions | None = None) -> Comparison:
-    """Every interval, correction, CV choice, calibrator and conformal set on one run's arrays."""
+@dataclass
+class ComparisonFits:
+    """What a comparison pass fits on L, each fit once: keyed explicitly by (L's digest, what is
+    fitted, its name and options, k where it reads k), so the runs of one model at several k share
+    the fits that do not read k (the CV choices, the conformal sets) and nothing is fitted twice
+    for one (run, k). Oldest entries go first beyond ``limit``."""
+
+    limit: int = 128
+    entries: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def get(self, key: tuple[Any, ...], fit: Callable[[], T]) -> T:
+        """The value stored under ``key``, fitted by ``fit()`` the first time."""
+        if key not in self.entries:
+            if len(self.entries) >= self.limit:
+                self.entries.pop(next(iter(self.entries)))
+            self.entries[key] = fit()
+        return cast(T, self.entries[key])
+
+
+#: the fits of this process's comparison pass (the main job compares all its runs in one process)
+PASS_FITS = ComparisonFits()
+
+
+def labelled_digest(inp: CompareInputs) -> str:
+    """sha256 of what every fit on L reads: L's labels, scores, neighbour lists and distances, and
+    its embeddings."""
+    h = hashlib.sha256()
+    for a in (inp.cal.y, inp.cal.c, inp.cal.nbr, inp.cal.dist, inp.emb_cal):
+        arr = np.ascontiguousarray(a) if a is not None else np.empty(0)
+        h.update(repr((arr.shape, arr.dtype.str)).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class _Pass:
+    """One run's comparison under way: its inputs and options, the pass's fits, L's digest (the
+    fits' key), and the CV choice and its ks once chosen (the intervals and the head read them)."""
+
+    inp: CompareInputs
+    o: CompareOptions
+    fits: ComparisonFits
+    key: str
+    best: Choice | None = None
+    ks: tuple[int, ...] = ()
+
+    def fitted(self, correction: str, emb: FloatArray | None = None
+               ) -> tuple[FittedCorrection, dict[str, Any]]:
+        """``correction`` fitted on L at the run's k by the calibration service, once per pass."""
+        inp, seed = self.inp, self.o.seed
+        return self.fits.get((self.key, "fit", correction, inp.k, inp.threshold, seed),
+                             lambda: fit_labelled(inp.cal, correction, inp.k, inp.threshold, emb, seed=seed))
+
+    def cv(self, on: str, cal: LabelledSet, thresholds: tuple[float, ...],
+           prevalence: float | None = None) -> CVResult:
+        """:func:`select_by_cv` on ``cal`` (L as the scores ``on`` see it), once per pass."""
+        return self.fits.get((self.key, "cv", on, self.ks, thresholds, prevalence, self.o.seed),
+                             lambda: select_by_cv(cal, ks=self.ks, thresholds=thresholds,
+                                                  target_prevalence=prevalence, seed=self.o.seed))
+
+
+def compare(inp: CompareInputs, options: CompareOptions | None = None, fits: ComparisonFits | None = None,
+            progress: Progress | None = None) -> Comparison:
+    """Every interval, correction, CV choice, calibrator and conformal set on one run's arrays;
+    ``fits``: the pass's (default: this call's own), ``progress``: told (steps done, steps)."""
     o = options or CompareOptions()
     out = Comparison(info={"n_targets": len(inp.y), "n_labelled": inp.cal.m,
                            "labelled_positive_rate": float(inp.cal.y.mean()),
                            "target_positive_rate": float(inp.y.mean()) if len(inp.y) else None,
                            "neighbour_columns": int(inp.nbr.shape[1]), "k": inp.k,
                            "alpha": inp.alpha, "threshold": inp.threshold})
-    nb = inp.neighbourhood()
-    _correction_rows(out, inp, o, nb)
-    best, ks = _cv_rows(out, inp, o)
-    # intervals around the paper's NN-PPI, and around the CV choice
-    nb_cv = inp.neighbourhood(best.k)
-    for method in o.intervals:
-        _add_interval(out, "interval", method, nb, "paper", inp)
-        _add_interval(out, "interval-cv", method, nb_cv, best.theta, inp)
-    _calibrator_rows(out, inp, o)
+    state = _Pass(inp, o, ComparisonFits() if fits is None else fits, labelled_digest(inp))
+    steps = [_correction_rows, _cv_rows, _intervals, _calibrator_rows]
     if o.head and inp.emb_cal is not None and inp.emb is not None:
-        out.info["head"] = _head_rows(out, inp, ks, o.seed, o.intervals)
-        out.info["auto"] = _auto_rows(out, inp, o.seed, o.intervals)
-    # conformal prediction sets (crepes)
-    for name in o.sets:
-        calibrator, class_cond = SET_METHODS[name]
-        _, s = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, y=inp.y,
-                               conformal=ConformalSets(calibrator, class_cond=class_cond, seed=o.seed))
-        assert s is not None
-        out.rows += [r for r in _interval_rows("sets", name, None, s)
-                     if not r.metric.startswith("mean_width")]
+        steps += [_head_rows, _auto_rows]
+    steps.append(_set_rows)
+    for done, step in enumerate(steps, 1):
+        step(out, state)
+        if progress is not None:
+            progress(done, len(steps))
     return out
 
 
-def _correction_rows(out: Comparison, inp: CompareInputs, o: CompareOptions, nb: Neighbourhood) -> None:
+def _correction_rows(out: Comparison, s: _Pass) -> None:
     """Point corrections at the run's k, their parameters fitted on L."""
-    fitted: dict[str, Any] = {}
-    for method in o.corrections:
-        choice, _ = fit_choice(inp.cal, method, inp.k, inp.threshold)
+    inp, fitted = s.inp, {}
+    nb = inp.neighbourhood()
+    for method in s.o.corrections:
+        choice = s.fitted(method)[0].choice
         if choice.params:
             fitted[method] = dict(choice.params)
         out.rows += _decision_rows("correction", method, inp.k, inp.y, choice.theta(nb), inp.threshold)
     out.info["correction_params"] = fitted
 
 
-def _cv_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> tuple[Choice, tuple[int, ...]]:
+def _cv_rows(out: Comparison, s: _Pass) -> None:
     """The cross-validated choice (L only) applied to the targets, every candidate's CV score, and
     with the pool's prevalence the choice for L reweighted to the pool's class mix (its threshold
-    chosen too); returns the choice and the ks it chose among."""
+    chosen too); keeps the choice and the ks it chose among for the intervals and the head."""
+    inp = s.inp
     y, thr = inp.y, inp.threshold
-    ks = tuple(k for k in o.cv_ks if k <= inp.cal.max_k and k <= inp.nbr.shape[1])
-    cv = select_by_cv(inp.cal, ks=ks, thresholds=(thr,), seed=o.seed)
-    best = cv.best
+    s.ks = tuple(k for k in s.o.cv_ks if k <= inp.cal.max_k and k <= inp.nbr.shape[1])
+    cv = s.cv("score", inp.cal, (thr,))
+    best = s.best = cv.best
     out.rows += _decision_rows("cv", best.method, best.k, y, best.theta(inp.neighbourhood(best.k)), thr)
     out.rows.append(MetricRow("cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
     per_candidate: dict[tuple[str, int], Choice] = {}
@@ -301,10 +355,9 @@ def _cv_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> tuple[Ch
                  for (m, k), ch in sorted(per_candidate.items())]
     out.info["cv_choice"] = {"method": best.method, "k": best.k, "params": dict(best.params),
                              "threshold": best.threshold, "cv_weighted_f1": best.cv_score,
-                             "label": _label(best), "ks": list(ks)}
+                             "label": _label(best), "ks": list(s.ks)}
     if inp.pool_prevalence is not None:  # L reweighted to the pool's class mix, threshold chosen too
-        bp = select_by_cv(inp.cal, ks=ks, thresholds=o.prior_thresholds,
-                          target_prevalence=inp.pool_prevalence, seed=o.seed).best
+        bp = s.cv("score", inp.cal, s.o.prior_thresholds, inp.pool_prevalence).best
         out.rows += _decision_rows("cv-prior", bp.method, bp.k, y, bp.theta(inp.neighbourhood(bp.k)),
                                    bp.threshold)
         out.rows += [MetricRow("cv-prior", bp.method, bp.k, "cv_weighted_f1", bp.cv_score),
@@ -312,17 +365,28 @@ def _cv_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> tuple[Ch
         out.info["cv_prior_choice"] = {"method": bp.method, "k": bp.k, "params": dict(bp.params),
                                        "threshold": bp.threshold, "cv_weighted_f1": bp.cv_score,
                                        "label": _label(bp), "pool_prevalence": inp.pool_prevalence}
-    return best, ks
 
 
-def _calibrator_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> None:
+def _intervals(out: Comparison, s: _Pass) -> None:
+    """Every interval around the paper's NN-PPI at the run's k, and around the CV choice."""
+    assert s.best is not None
+    inp, best = s.inp, s.best
+    nb, nb_cv = inp.neighbourhood(), inp.neighbourhood(best.k)
+    for method in s.o.intervals:
+        _add_interval(out, "interval", method, nb, "paper", inp)
+        _add_interval(out, "interval-cv", method, nb_cv, best.theta, inp)
+
+
+def _calibrator_rows(out: Comparison, s: _Pass) -> None:
     """Standard calibrators on the score alone (and, with the pool's prevalence, Bayes' rule from
-    L's class mix to the pool's)."""
-    cal_params: dict[str, Any] = {}
-    for name in o.calibrators:
-        if name == "temperature" and inp.score_kind not in o.temperature_kinds:
+    L's class mix to the pool's): the calibration service's predictor runs, their raw probability."""
+    inp, cal_params = s.inp, {}
+    for name in s.o.calibrators:
+        if name == "temperature" and inp.score_kind not in s.o.temperature_kinds:
             continue
-        _, p, cal_params[name] = fit_predictor(name, inp.cal, inp.c)
+        fc = s.fitted(name)[0]
+        assert fc.predictor is not None
+        p, cal_params[name] = fc.scores(inp.c), fc.predictor.params
         out.rows += _decision_rows("calibrator", name, None, inp.y, p, inp.threshold)
         if inp.pool_prevalence is not None:
             q = adjust_prevalence(p, float(inp.cal.y.mean()), inp.pool_prevalence)
@@ -330,41 +394,58 @@ def _calibrator_rows(out: Comparison, inp: CompareInputs, o: CompareOptions) -> 
     out.info["calibrator_params"] = cal_params
 
 
-def _auto_rows(out: Comparison, inp: CompareInputs, seed: int, intervals: Sequence[str]) -> dict[str, Any]:
-    """The ``auto`` correction: the candidate chosen on L by cross-validated positive-class F1
-    (:func:`checkworthy.method.predictor_choice.choose_correction`), its decisions and intervals."""
-    assert inp.emb_cal is not None and inp.emb is not None
-    name, figures = choose_correction(inp.cal, inp.emb_cal, inp.k, inp.threshold, seed=seed)
-    choice, cal, p, _ = fit_correction(name, inp.cal, inp.c, inp.k, inp.threshold,
-                                       (inp.emb_cal, inp.emb), seed)
-    nb = Neighbourhood(c=p, nbr=inp.nbr, cal=cal, dist=inp.dist, k=inp.k).with_k(choice.k)
+def _auto_rows(out: Comparison, s: _Pass) -> None:
+    """The ``auto`` correction as a run fits it (:func:`checkworthy.runs.calibration.fit_labelled`:
+    the candidate chosen on L by cross-validated positive-class F1), its decisions and intervals."""
+    inp = s.inp
+    fc, fitted = s.fitted("auto", inp.emb_cal)
+    name, figures = fitted["auto_choice"]["chosen"], fitted["auto_choice"]["cv_f1_positive"]
+    choice = fc.choice
+    nb = Neighbourhood(c=fc.scores(inp.c, inp.emb), nbr=inp.nbr, cal=fc.cal, dist=inp.dist,
+                       k=inp.k).with_k(choice.k)
     out.rows += _decision_rows("auto", name, choice.k, inp.y, choice.theta(nb), inp.threshold)
     out.rows += [MetricRow("auto-candidates", m, None, "cv_f1_positive", f) for m, f in figures.items()]
-    for method in intervals:
+    for method in s.o.intervals:
         _add_interval(out, "interval-auto", method, nb, choice.theta, inp)
-    return {"chosen": name, "k": choice.k, "cv_f1_positive": figures}
+    out.info["auto"] = {"chosen": name, "k": choice.k, "cv_f1_positive": figures}
 
 
-def _head_rows(out: Comparison, inp: CompareInputs, ks: Sequence[int], seed: int,
-               intervals: Sequence[str]) -> dict[str, Any]:
-    """The embedding head as a predictor: alone, under NN-PPI at the run's k, and under the CV choice.
+def _head_rows(out: Comparison, s: _Pass) -> None:
+    """The embedding head as a predictor: alone, under NN-PPI at the run's k (the service's
+    ``head+nnppi``), and under the CV choice.
 
     L's scores become the head's out-of-fold probabilities, so each residual Y_j - c_j is
     cross-fitted; the targets' scores are the head (fitted on all of L) applied to them.
     """
-    assert inp.emb_cal is not None and inp.emb is not None
-    cal, p, fitted = fit_predictor("head", inp.cal, inp.c, (inp.emb_cal, inp.emb), seed=seed)
-    nb = Neighbourhood(c=p, nbr=inp.nbr, cal=cal, dist=inp.dist, k=inp.k)
+    inp = s.inp
+    fc = s.fitted("head+nnppi", inp.emb_cal)[0]
+    assert fc.predictor is not None
+    p = fc.scores(inp.c, inp.emb)
+    nb = Neighbourhood(c=p, nbr=inp.nbr, cal=fc.cal, dist=inp.dist, k=inp.k)
     y, thr = inp.y, inp.threshold
     out.rows += _decision_rows("head", "minilm-head", None, y, p, thr)
-    out.rows += _decision_rows("head", "minilm-head+nnppi", inp.k, y, Choice("paper", inp.k).theta(nb), thr)
-    best = select_by_cv(cal, ks=ks, thresholds=(thr,), seed=seed).best
+    out.rows += _decision_rows("head", "minilm-head+nnppi", inp.k, y, fc.choice.theta(nb), thr)
+    best = s.cv("head", fc.cal, (thr,)).best
     out.rows += _decision_rows("head-cv", best.method, best.k, y, best.theta(nb), thr)
     out.rows.append(MetricRow("head-cv", best.method, best.k, "cv_weighted_f1", best.cv_score))
-    for method in intervals:  # the head-cv choice's intervals (L's scores cross-fitted pairwise)
+    for method in s.o.intervals:  # the head-cv choice's intervals (L's scores cross-fitted pairwise)
         _add_interval(out, "interval-head", method, nb.with_k(best.k), best.theta, inp)
-    return {"C": fitted["C"], "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
-                                       "cv_weighted_f1": best.cv_score, "label": _label(best)}}
+    out.info["head"] = {"C": fc.predictor.params["C"],
+                        "cv_choice": {"method": best.method, "k": best.k, "params": dict(best.params),
+                                      "cv_weighted_f1": best.cv_score, "label": _label(best)}}
+
+
+def _set_rows(out: Comparison, s: _Pass) -> None:
+    """Conformal prediction sets (crepes) on the raw score and on Platt scaling."""
+    inp = s.inp
+    for name in s.o.sets:
+        calibrator, class_cond = SET_METHODS[name]
+        conformal = ConformalSets(calibrator, class_cond=class_cond, seed=s.o.seed)
+        _, summary = prediction_sets(inp.cal.c, inp.cal.y, inp.c, alpha=inp.alpha, y=inp.y,
+                                     conformal=conformal)
+        assert summary is not None
+        out.rows += [r for r in _interval_rows("sets", name, None, summary)
+                     if not r.metric.startswith("mean_width")]
 
 
 def targets_met(rows: Sequence[MetricRow] | Sequence[Mapping[str, Any]], nominal: float = 0.95,
@@ -476,8 +557,13 @@ def _params_hash(o: CompareOptions) -> str:
 
 
 def ensure_comparison(conn: Connection, run_id: int, options: CompareOptions | None = None,
-                      code_rev: str | None = None, flow_run_id: str | None = None) -> int:
-    """Compute and store the comparison of a run (once per run and options); return its id."""
+                      code_rev: str | None = None, flow_run_id: str | None = None,
+                      progress: Progress | None = None, fits: ComparisonFits = PASS_FITS) -> int:
+    """Compute and store the comparison of a run (once per run and options); return its id.
+
+    ``progress`` is told (steps done, steps) as the comparison goes (default: a line per step on
+    stderr, as the scoring passes show theirs: :func:`comparison_progress`); ``fits``: the pass's.
+    """
     o = options or CompareOptions()
     lock_comparison(conn, run_id, _params_hash(o))
     found = find_comparison(conn, run_id, _params_hash(o))
@@ -486,13 +572,23 @@ def ensure_comparison(conn: Connection, run_id: int, options: CompareOptions | N
     if code_rev is None:
         code_rev = git_rev()
     inp, loaded = load_inputs(conn, run_id, o)
-    comp = compare(inp, o)
+    comp = compare(inp, o, fits, progress or comparison_progress(run_id))
     comp.info |= loaded
     params_json = json.dumps(_json_safe(o.params() | {"info": comp.info}), sort_keys=True)
     return store_comparison(
         conn, run_id, params_json, _params_hash(o), code_rev, flow_run_id,
         [{"family": r.family, "method": r.method, "k": r.k, "metric": r.metric, "cls": r.cls,
           "value": None if math.isnan(r.value) else float(r.value)} for r in comp.rows])
+
+
+def comparison_progress(run_id: int, echo: Callable[[str], None] | None = None) -> Progress:
+    """The progress line of a run's comparison (:func:`checkworthy.runs.scoring.rate_progress`):
+    steps done of all, their rate and the time left; on stderr unless ``echo`` says where."""
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return rate_progress(echo or to_stderr,
+                         lambda done, total: f"  compared methods on run {run_id}: {done}/{total} steps")
 
 
 def latest_comparisons(conn: Connection, run_ids: Sequence[int]) -> list[int]:

@@ -8,7 +8,6 @@ with validation, calibration and the report (``checkworthy run`` runs that flow)
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -21,7 +20,7 @@ from checkworthy.data.datasets import load_dataset
 from checkworthy.data.records import Claim, LoadReport
 from checkworthy.data.splits import build_splits
 from checkworthy.runs.label_updates import store_file_claims
-from checkworthy.runs.scoring import score_missing_alongside
+from checkworthy.runs.scoring import rate_progress, score_missing_alongside
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, configured_scorer, model_entry
 from checkworthy.store import rows as store
@@ -108,14 +107,8 @@ def score_claims(
     scorer, *alongside = scorers
     with engine.connect() as conn:
         hashes = store.claim_text_hashes(conn, claim_ids)
-    t0 = time.monotonic()
     names = " and ".join([scorer.spec, *(f"{s.spec} ({_sampling(s)})" for s in alongside)])
-
-    def progress(done: int, total: int) -> None:
-        rate = done / max(time.monotonic() - t0, 1e-9)
-        echo(f"  scored {done}/{total} texts with {names} ({rate:.1f}/s, "
-             f"~{(total - done) / max(rate, 1e-9) / 60:.1f} min left)")
-
+    progress = rate_progress(echo, lambda done, total: f"  scored {done}/{total} texts with {names}")
     passes = score_missing_alongside(engine, scorers, hashes, prompt, chunk_size=chunk_size,
                                      flow_run_id=flow_run_id, progress=progress)
     for s, (n_new, n_old, _) in zip(scorers, passes, strict=True):

@@ -10,6 +10,7 @@ each forward pass run once for all (:func:`score_missing_alongside`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,18 @@ from checkworthy.scorers.registry import NO_PROMPT, PromptInfo, make_scorer
 from checkworthy.store import rows as store
 
 Progress = Callable[[int, int], None]
+
+
+def rate_progress(echo: Callable[[str], None], label: Callable[[int, int], str]) -> Progress:
+    """A :data:`Progress` that echoes ``label(done, total)`` with the rate since it was made and the
+    time left at that rate: the line long work prints (the scoring passes, the method comparisons)."""
+    t0 = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        rate = done / max(time.monotonic() - t0, 1e-9)
+        echo(f"{label(done, total)} ({rate:.1f}/s, ~{(total - done) / max(rate, 1e-9) / 60:.1f} min left)")
+
+    return progress
 
 
 def score_missing(
