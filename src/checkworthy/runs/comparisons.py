@@ -41,9 +41,11 @@ Families of rows (``family``, ``method``, ``k``, ``metric``, ``class``, ``value`
                  ``auto-candidates`` keeps each candidate's L figure, ``interval-auto`` every
                  interval centred on the choice.
 
-:func:`compare` is pure (arrays in, rows out); :func:`load_inputs` fetches the arrays of a stored
-run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run and options
-(:mod:`checkworthy.store.comparisons` reads them back for the report and the CLI).
+:func:`compare` is pure (arrays in, rows out); what a run fits it fits through the calibration
+service (:func:`checkworthy.runs.calibration.fit_labelled`), each fit once per (run, k) of a pass
+(:class:`ComparisonFits`), and it tells its progress step by step. :func:`load_inputs` fetches the
+arrays of a stored run (SQL kNN); :func:`ensure_comparison` computes and stores them once per run
+and options (:mod:`checkworthy.store.comparisons` reads them back for the report and the CLI).
 
 Limits: coverage and F1 here are measured on the run's target claims, which are the test split
 in the main job; they describe this split, not a guarantee (see :mod:`checkworthy.method.intervals`
