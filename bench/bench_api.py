@@ -45,6 +45,7 @@ import uvicorn
 from checkworthy.config import PARAMS_FILE, VAR_DIR, load_params, quiet_offline_env
 from checkworthy.data.datasets import load_clef, normalise_text
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.classifier import model_type
 from checkworthy.scorers.lora_classifier import MINILM, base_of
@@ -53,7 +54,6 @@ from checkworthy.serve.app import Limits, create_app
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.datasets import raw_path

@@ -38,6 +38,7 @@ from checkworthy.config import CODE_ROOT, load_params
 from checkworthy.data.datasets import normalise_text
 from checkworthy.data.label_studio import LABEL_CONFIG
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.serve.label_studio_backend import (
@@ -53,7 +54,6 @@ from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import result_values
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunSpec
 from checkworthy.testing.claims import clef
 from checkworthy.testing.events import event_stored

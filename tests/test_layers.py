@@ -21,7 +21,7 @@ from checkworthy.testing.sources import FLOWS, PACKAGE, module_name, source_file
 LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "serve", "cli",
           "testing"]
 #: modules at the package root: settings and exceptions every layer may use
-FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors"}
+FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors", "checkworthy.settings"}
 #: where an import inside a function may name a checkworthy module (start-up time of the command line)
 LAZY_ALLOWED = {"cli"}
 

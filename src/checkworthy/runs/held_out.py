@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
-from checkworthy.config import DATA_DIR, VAR_DIR, labelled_sizes, load_params
+from checkworthy.config import DATA_DIR, VAR_DIR
 from checkworthy.data.datasets import (
     CLAIMBUSTER,
     CLEF,
@@ -41,9 +41,11 @@ from checkworthy.method.drift import drift_status
 from checkworthy.method.prevalence import stored_share
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import realised
+from checkworthy.runs.own_scores import UserFile
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
 from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
 from checkworthy.scorers.registry import configured_scorer
+from checkworthy.settings import Settings, load_settings
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
 from checkworthy.store.run_spec import DEFAULT_CORRECTION
@@ -196,20 +198,20 @@ def evaluate_held_out(
     engine: Engine,
     predictors: Sequence[tuple[str, str]] = DEFAULT_PREDICTORS,
     *,
-    params: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
     limit: int | None = None,
     work_dir: Path | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> tuple[list[Measured], dict[str, dict[str, float]], list[Event]]:
     """Measure every predictor and method on every event; also each predictor's raw-score ROC AUC
     on each L (``{predictor: {dataset: auc}}``), the figure predictors are chosen by."""
-    params = load_params() if params is None else params
-    seed = params["seed"]
-    n_per_class = labelled_sizes(params)
-    labelled, events = held_out_events(seed, n_per_class, limit)
+    settings = load_settings() if settings is None else settings
+    labelled, events = held_out_events(settings.seed, settings.labelled_sizes(), limit)
     work = work_dir or VAR_DIR / "held-out" / (f"limit-{limit}" if limit else "full")
-    l_files = {ds: write_claims(work / f"{ds}-labelled.csv", claims) for ds, claims in labelled.items()}
-    u_files = {e.name: write_claims(work / f"{e.name.replace(' ', '_')}.csv", e.claims) for e in events}
+    l_files = {ds: UserFile.of(write_claims(work / f"{ds}-labelled.csv", claims))
+               for ds, claims in labelled.items()}
+    u_files = {e.name: UserFile.of(write_claims(work / f"{e.name.replace(' ', '_')}.csv", e.claims))
+               for e in events}
     (work / "out").mkdir(exist_ok=True)
     out: list[Measured] = []
     chosen_by: dict[str, dict[str, float]] = {}
@@ -217,8 +219,8 @@ def evaluate_held_out(
         label = f"{spec} {kind}"
         # a language model computes only the score kind measured (its fastest mode)
         mode = {"mode": kind} if spec.partition(":")[0] in LANGUAGE_MODELS else {}
-        scorer, prompt = configured_scorer(params, spec, **mode)
-        base = Recommended.from_params(params, model=spec, score_kind=kind)
+        scorer, prompt = configured_scorer(settings.params, spec, **mode)
+        base = Recommended.of(settings.predict, model=spec, score_kind=kind)
         check_score_kind(base, scorer)
         excluded = scorer.params().get("excluded")
         seen = [e.name for e in events if excluded is not None and e.group not in excluded]
@@ -226,7 +228,7 @@ def evaluate_held_out(
             raise ValueError(f"{spec} was trained on {', '.join(seen)}: retrain it with the default "
                              "--exclude")
         for event in events:
-            lab, unl = read_files(l_files[event.dataset], u_files[event.name], base.k)
+            lab, unl = read_files(l_files[event.dataset].path, u_files[event.name].path, base.k)
             y = np.array([r.label for r in unl])
             for name, rec in methods(base).items():
                 target = work / "out" / f"{label}-{event.name}-{name}".replace(" ", "_").replace(":", "_")

@@ -1,8 +1,7 @@
 """Stored sentence embeddings (pgvector): which texts lack a vector, storing and reading vectors.
 
-Each distinct text is embedded once: :func:`ensure_embeddings` encodes (with
-:func:`checkworthy.scorers.sentence_encoder.embed`, whose model loads on first use) only the
-texts that have no stored vector for this model. kNN itself runs in SQL (:mod:`checkworthy.store.knn`).
+The vectors are computed above the store (:func:`checkworthy.runs.embedding.ensure_embeddings`
+embeds the texts :func:`missing_texts` names); kNN itself runs in SQL (:mod:`checkworthy.store.knn`).
 """
 
 from __future__ import annotations
@@ -48,7 +47,9 @@ def store_embeddings(
 def ensure_embeddings(
     conn: Connection, text_hashes: Sequence[str], batch_size: int = 256, embedder: Embedder = embed
 ) -> int:
-    """Embed and store every text in ``text_hashes`` that has no vector yet; return how many."""
+    """Embed and store every text in ``text_hashes`` that has no vector yet; return how many.
+    Kept for :mod:`checkworthy.runs.served_run` only, until it imports
+    :func:`checkworthy.runs.embedding.ensure_embeddings` (the store does no inference); then removed."""
     missing = missing_texts(conn, text_hashes)
     for start in range(0, len(missing), batch_size):
         chunk = missing[start : start + batch_size]
