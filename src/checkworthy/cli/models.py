@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from checkworthy.cli.checks import output_dir, positive_int
-from checkworthy.config import PARAMS_FILE, ROOT, load_params
+from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.errors import DataError, UsageError
 
 
@@ -63,6 +63,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         lineage_labels,
     )
     from checkworthy.runs.own_scores import labelled_lineage, read_scored_csv, store_labelled
+    from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
     from checkworthy.store.rows import label_set_texts
 
@@ -70,8 +71,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         raise UsageError("give --labeled FILE or --lineage NAME")
     if not Path(args.params).is_file():
         raise UsageError(f"--params: no such file {args.params}")
-    params = load_params(Path(args.params))
-    s = AdaptSettings.from_params(params, folds=args.folds, epochs=args.epochs)
+    settings = load_settings(Path(args.params))
+    params = settings.params
+    s = AdaptSettings.of(settings.adapt, folds=args.folds, epochs=args.epochs)
     problem = output_dir("adapt.root", str(s.artefact_root))
     if problem is None and not args.no_dvc and not s.artefact_root.resolve().is_relative_to(ROOT.resolve()):
         problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
