@@ -170,6 +170,8 @@ class StoredFiles:
     u_ids: list[int]
     label_set_id: int
     target: str
+    #: the sha256 of each text of L then U, in file order (the store's key of a text)
+    text_hashes: list[str]
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ def store_files(
         ensure_languages(conn, hashes)
         target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
         register_target(conn, target, lineage or labelled.lineage, u_ids, held_out=False)
-    return StoredFiles(lab, unl, params, u_ids, ls, target)
+    return StoredFiles(lab, unl, params, u_ids, ls, target, hashes)
 
 
 def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, methods: RunMethods,

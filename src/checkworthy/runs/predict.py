@@ -34,7 +34,6 @@ from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, configured_scorer
 from checkworthy.settings import PredictSettings, Settings, parse_section
 from checkworthy.store import model_registry as registry
-from checkworthy.store import rows as store
 from checkworthy.store.engine import get_engine
 from checkworthy.store.lineages import lineage_datasets
 from checkworthy.store.run_spec import RunMethods
@@ -107,8 +106,7 @@ def predict_files(
     (labelled, unlabelled), (lab, unl) = files, rows
     scorer, prompt = scored_by
     stored = store_files(engine, labelled, lab, unlabelled, unl, lineage)
-    hashes = [store.sha256_text(r.text) for r in lab + unl]
-    _, _, keys = score_missing(engine, scorer, hashes, prompt)
+    _, _, keys = score_missing(engine, scorer, stored.text_hashes, prompt)
     return calibrate_stored(engine, stored, keys[rec.score_kind], rec.methods, out)
 
 
