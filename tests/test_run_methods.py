@@ -30,11 +30,12 @@ from checkworthy.method.predictor_choice import (
 )
 from checkworthy.runs.calibration import labelled_pool
 from checkworthy.runs.calibration_run import compute, run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_results, load_run
-from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
+from checkworthy.store.embeddings import load_embeddings
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 
