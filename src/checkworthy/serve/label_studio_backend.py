@@ -206,11 +206,11 @@ class Annotations:
             with self._one_at_a_time:
                 out = label_update_flow(files=[str(path)], repo=str(self.flow.repo), db_url=self.flow.db_url,
                                         params_path=str(self.flow.params_path), recalibrate_now=True)
-            for u in out["updates"]:
-                log.warning("%s: %s, %d labels appended, new heads %s, event %s", path.name, u["status"],
-                            u["n_appended"], u["new_heads"], u.get("event_id"))
-            for r in out["refused"]:
-                log.warning("%s: refused: %s", path.name, r["reason"])
+            for u in out.updates:
+                log.warning("%s: %s, %d labels appended, new heads %s, event %s", path.name, u.status,
+                            u.n_appended, u.new_heads, u.event_id)
+            for r in out.refused:
+                log.warning("%s: refused: %s", path.name, r.reason)
         except Exception:
             log.exception("%s: the label update failed", path.name)
         finally:
