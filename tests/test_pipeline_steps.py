@@ -33,11 +33,11 @@ def test_only_the_lineages_that_passed_are_calibrated_target_by_key_by_k():
     bad = LineageWork("bad", 11, [3], {"b:test": [7]})
     verdicts = {"good": LabelVerdict(10, 100, True, []), "bad": LabelVerdict(11, 101, False, ["min_rows"])}
     jobs = calibration_jobs([good, bad], verdicts, KEYS, PARAMS)
-    assert [(j.spec.target, j.spec.key.model_id, j.spec.k) for j in jobs] == [
+    assert [(j.spec.target, j.spec.key.model_id, j.spec.methods.k) for j in jobs] == [
         (t, m, k) for t in ("a:test", "z:test") for m in (1, 2) for k in (3, 5)]
     assert {j.validation_run_id for j in jobs} == {100} and {j.spec.label_set_id for j in jobs} == {10}
-    assert jobs[-1].spec.claim_ids == (4, 5) and jobs[0].spec.interval_method == "conformal"
-    assert jobs[0].spec.alpha == 0.1
+    assert jobs[-1].spec.claim_ids == (4, 5) and jobs[0].spec.methods.interval_method == "conformal"
+    assert jobs[0].spec.methods.alpha == 0.1
     assert blocked(verdicts) == ["bad"]
     assert claim_ids([good, bad]) == [1, 2, 3, 4, 5, 6, 7]
 
