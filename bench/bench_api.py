@@ -47,6 +47,7 @@ from checkworthy.data.datasets import load_clef
 from checkworthy.data.text import normalise_text
 from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.classifier import model_type
 from checkworthy.scorers.lora_classifier import MINILM, base_of
@@ -56,7 +57,6 @@ from checkworthy.serve.inputs import Limits
 from checkworthy.serve.served import Selection
 from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path

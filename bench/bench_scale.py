@@ -35,6 +35,7 @@ from checkworthy.config import VAR_DIR, quiet_offline_env
 from checkworthy.data.datasets import load_clef
 from checkworthy.flows.pipeline import fan_out
 from checkworthy.flows.task_runners import WORKER_ENVIRON
+from checkworthy.runs.flow_types import FlowContext
 from checkworthy.store import rows as store
 from checkworthy.store.engine import embedded_url, get_engine
 from checkworthy.testing.datasets import raw_path
@@ -61,12 +62,13 @@ def run(ids: list[int], warm: list[int], db_url: str, model: dict[str, Any], wor
     override the Dask setting for every later cluster. Their memory settings are the local
     cluster's (:data:`~checkworthy.flows.task_runners.WORKER_ENVIRON`)."""
     params = {"models": [model], "scale_out": {"dask": None, "chunk_size": chunk}}
+    ctx = FlowContext(db_url=db_url)
     if embedded:
-        fan_out(ids, {"models": [], "scale_out": {"dask": None, "chunk_size": chunk}}, db_url)
+        fan_out(ids, {"models": [], "scale_out": {"dask": None, "chunk_size": chunk}}, ctx)
     if workers is None:
-        fan_out(warm, params, db_url)
+        fan_out(warm, params, ctx)
         t0 = time.perf_counter()
-        fan_out(ids, params, db_url)
+        fan_out(ids, params, ctx)
         return time.perf_counter() - t0
     threads = str(max(1, CORES // workers))  # Dask's nanny would start every worker with 1
     with patch.dict(os.environ, {name: threads for name in THREAD_VARIABLES}), \
@@ -74,9 +76,9 @@ def run(ids: list[int], warm: list[int], db_url: str, model: dict[str, Any], wor
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                          dashboard_address=None) as cluster:
         params["scale_out"]["dask"] = cluster.scheduler_address
-        fan_out(warm, params, db_url)
+        fan_out(warm, params, ctx)
         t0 = time.perf_counter()
-        fan_out(ids, params, db_url)
+        fan_out(ids, params, ctx)
         return time.perf_counter() - t0
 
 
@@ -99,7 +101,7 @@ def main() -> None:
     rows = []
     with prefect_test_harness(server_startup_timeout=120), FakeOllama() as srv:
         os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()
-        fan_out([], {"models": []}, db_url)  # the API's first flow run, off the clock
+        fan_out([], {"models": []}, FlowContext(db_url=db_url))  # the API's first flow run, off the clock
         srv.latency = 0.05
         models = [("embedded Gemma 3 270M, token probability",
                    {"spec": "embedded:gemma3-270m", "mode": "token_prob"}),

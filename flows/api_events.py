@@ -32,6 +32,6 @@ class FlowEvents:
         and per refusal."""
         out = label_update_flow(files=[str(path)], repo=str(self.repo), db_url=self.db_url,
                                 params_path=str(self.params_path), recalibrate_now=True)
-        return ([f"{u['status']}, {u['n_appended']} labels appended, new heads {u['new_heads']}, event "
-                 f"{u.get('event_id')}" for u in out["updates"]]
-                + [f"refused: {r['reason']}" for r in out["refused"]])
+        return ([f"{u.status}, {u.n_appended} labels appended, new heads {u.new_heads}, event {u.event_id}"
+                 for u in out.updates]
+                + [f"refused: {r.reason}" for r in out.refused])

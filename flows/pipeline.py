@@ -26,12 +26,15 @@ Flows (each is also a deployment, see ``flows/deploy.py`` and ``prefect.yaml``):
   texts, one task per chunk, on the task runner params.yaml's ``scale_out`` names (a local or a
   remote Dask cluster; :mod:`checkworthy.flows.task_runners`).
 
-The flows only wire the tasks of :mod:`checkworthy.flows.tasks`.
+The flows only wire the tasks of :mod:`checkworthy.flows.tasks` around the decisions of
+:mod:`checkworthy.runs.pipeline_steps`; each flow takes one :class:`~checkworthy.runs.flow_types.FlowContext`
+(store, project, params file; the defaults where none is given) and returns a typed result
+(:mod:`checkworthy.runs.flow_types`). ``label-update`` names the three apiece, as its callers
+outside the flows (the command line, the Label Studio backend) give them.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -39,21 +42,12 @@ from typing import Any
 from prefect import flow, unmapped
 from pydantic import BaseModel, ConfigDict
 
-from checkworthy.config import (
-    GUIDELINES_FILE,
-    PARAMS_FILE,
-    REPORTS_DIR,
-    ROOT,
-    labelled_sizes,
-    load_params,
-    model_name,
-)
+from checkworthy.config import GUIDELINES_FILE, PARAMS_FILE, REPORTS_DIR, ROOT, labelled_sizes
 from checkworthy.flows.task_runners import dask_address, share_api_with_workers, task_runner
 from checkworthy.flows.tasks import (
     TaskContext,
     adapt_task,
     apply_labels_task,
-    bounds_of,
     calibrate_task,
     check_labels_task,
     close_abandoned_task,
@@ -71,7 +65,6 @@ from checkworthy.flows.tasks import (
     prepare_task,
     recalibrate_champion_task,
     recalibrate_lineage_task,
-    run_spec,
     say,
     score_chunk_task,
     score_in_force_task,
@@ -81,80 +74,107 @@ from checkworthy.flows.tasks import (
     validate_task,
     version_data_task,
 )
+from checkworthy.runs.flow_types import (
+    AdaptResult,
+    Calibrated,
+    CheckedFiles,
+    FlowContext,
+    GuidelinesUpdate,
+    LabelUpdateResult,
+    LabelVerdict,
+    LineageWork,
+    NewClaimsResult,
+    PipelineResult,
+    PreparedDataset,
+    RecalibrateResult,
+    RescoreResult,
+    ScoredKey,
+    WatchResult,
+)
 from checkworthy.runs.main_job import later_of_its_spec
+from checkworthy.runs.pipeline_steps import (
+    calibration_jobs,
+    changed_lineages,
+    chunk_size,
+    claim_ids,
+    distinct_keys,
+    in_target_order,
+    incoming_files,
+    model_names,
+    new_claims_line,
+    validation_bounds,
+)
 
 
-def _claim_ids(lineages: list[dict[str, Any]]) -> list[int]:
-    """Every claim the lineages calibrate with or calibrate: their labelled sets and targets."""
-    return sorted({i for lin in lineages for i in lin["calibration_ids"]}
-                  | {i for lin in lineages for t in lin["targets"].values() for i in t})
+def _prepare(name: str, params: dict[str, Any], dv: int, ctx: FlowContext, limit: int | None,
+             echo: bool) -> PreparedDataset:
+    """Prepare one dataset of params and say what its calibration set and test target hold."""
+    prepared = prepare_task(name, params["seed"], labelled_sizes(params).get(name), dv, ctx, limit, echo)
+    say(prepared.summary(), echo)
+    return prepared
 
 
-def _score(ids: list[int], models: list[str], params: dict[str, Any], db_url: str | None,
-           guidelines: str | None, echo: bool = False) -> list[dict[str, Any]]:
+def _validate(lineages: list[LineageWork], params: dict[str, Any], dv: int | None,
+              ctx: FlowContext) -> dict[str, LabelVerdict]:
+    """Each lineage head's verdict, by lineage."""
+    return {lin.lineage: validate_task(lin.label_set_id, validation_bounds(params), dv, ctx)
+            for lin in lineages}
+
+
+def _score(ids: list[int], models: list[str], params: dict[str, Any], ctx: FlowContext,
+           guidelines: str | None, echo: bool = False) -> list[ScoredKey]:
     """Embed and score the claims with the named ``models:`` entries; return their score keys. In
     this process each entry is scored in the forward passes of an earlier entry of its spec where
     it can be (:func:`later_of_its_spec`): the later ones then find their scores stored."""
     if dask_address(params):
-        return fan_out(ids, params, db_url, guidelines, models)
-    say(f"embedded {embed_task(ids, db_url)} new texts", echo)
+        return fan_out(ids, params, ctx, guidelines, models)
+    say(f"embedded {embed_task(ids, ctx)} new texts", echo)
     return [key for model in models
-            for key in score_task(model, ids, params, db_url, guidelines, echo,
+            for key in score_task(model, ids, params, ctx, guidelines, echo,
                                   later_of_its_spec(params, model))]
 
 
-def _calibrate(lineages: list[dict[str, Any]], verdicts: dict[str, dict], keys: list[dict[str, Any]],
-               params: dict[str, Any], dv: int | None, db_url: str | None) -> list[dict[str, Any]]:
+def _calibrate(lineages: list[LineageWork], verdicts: dict[str, LabelVerdict], keys: list[ScoredKey],
+               params: dict[str, Any], dv: int | None, ctx: FlowContext) -> list[Calibrated]:
     """Calibrate every target of every lineage whose labels passed validation, under each score key
     and each k."""
-    runs = []
-    for lin in lineages:
-        verdict = verdicts[lin["lineage"]]
-        if not verdict["success"]:
-            continue
-        for target, claim_ids in sorted(lin["targets"].items()):
-            for key in keys:
-                for k in params["k"]:
-                    spec = run_spec(target, claim_ids, lin["label_set_id"], key, k, params)
-                    runs.append(calibrate_task(spec, TaskContext(db_url, dv, verdict["validation_run_id"])))
-    return runs
+    return [calibrate_task(job.spec, TaskContext(ctx, dv, job.validation_run_id))
+            for job in calibration_jobs(lineages, verdicts, keys, params)]
 
 
-def _calibrate_all(lineages: list[dict[str, Any]], verdicts: dict[str, dict], params: dict[str, Any],
-                   dv: int | None, db_url: str | None, guidelines: str | None) -> list[dict[str, Any]]:
+def _calibrate_all(lineages: list[LineageWork], verdicts: dict[str, LabelVerdict], params: dict[str, Any],
+                   dv: int | None, ctx: FlowContext, guidelines: str | None) -> list[Calibrated]:
     """Embed and score the lineages' claims with every configured model, then calibrate every target."""
-    ids = _claim_ids(lineages)
+    ids = claim_ids(lineages)
     if not ids:
         return []
-    keys = _score(ids, [model_name(m) for m in params["models"]], params, db_url, guidelines)
-    return _calibrate(lineages, verdicts, keys, params, dv, db_url)
+    keys = _score(ids, model_names(params), params, ctx, guidelines)
+    return _calibrate(lineages, verdicts, keys, params, dv, ctx)
 
 
 @flow(name="score-and-embed", log_prints=True)
 def score_and_embed_flow(claim_ids: list[int], models: list[str], params: dict[str, Any],
-                         db_url: str | None = None, guidelines: str | None = None) -> list[dict[str, Any]]:
+                         ctx: FlowContext | None = None, guidelines: str | None = None) -> list[ScoredKey]:
     """Embed the claims' texts and score them with each model, a task per fixed chunk of texts on
     the flow's task runner (``models``: names of ``models:`` entries): a chunk lost with its worker
     runs again, a stored one never does."""
-    size = int((params.get("scale_out") or {}).get("chunk_size", 96))
-    chunks = text_chunks_task(claim_ids, size, db_url)
-    embedded = embed_chunk_task.map(chunks, unmapped(db_url))
-    scored = [score_chunk_task.map(unmapped(model), chunks, unmapped(params), unmapped(db_url),
+    ctx = ctx or FlowContext()
+    chunks = text_chunks_task(claim_ids, chunk_size(params), ctx)
+    embedded = embed_chunk_task.map(chunks, unmapped(ctx))
+    scored = [score_chunk_task.map(unmapped(model), chunks, unmapped(params), unmapped(ctx),
                                    unmapped(guidelines)) for model in models]
     print(f"embedded {sum(f.result() for f in embedded)} new texts in {len(chunks)} chunks")
-    keys = {json.dumps(k, sort_keys=True): k for futures in scored for f in futures for k in f.result()}
-    return list(keys.values())
+    return distinct_keys(k for futures in scored for f in futures for k in f.result())
 
 
-def fan_out(claim_ids: list[int], params: dict[str, Any], db_url: str | None = None,
-            guidelines: str | None = None, models: list[str] | None = None) -> list[dict[str, Any]]:
+def fan_out(claim_ids: list[int], params: dict[str, Any], ctx: FlowContext | None = None,
+            guidelines: str | None = None, models: list[str] | None = None) -> list[ScoredKey]:
     """:func:`score_and_embed_flow` for the named ``models:`` entries (default: every configured
     one), on the task runner params ask for."""
     if dask_address(params):
         share_api_with_workers()
     run = score_and_embed_flow.with_options(task_runner=task_runner(params))
-    names = [model_name(m) for m in params["models"]] if models is None else models
-    return run(claim_ids, names, params, db_url, guidelines)
+    return run(claim_ids, model_names(params) if models is None else models, params, ctx, guidelines)
 
 
 class ReportOptions(BaseModel):
@@ -185,9 +205,8 @@ class ReportOptions(BaseModel):
 
 
 @flow(name="checkworthy-pipeline", log_prints=True)
-def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None, repo: str = str(ROOT),
-                  commit_data: bool = True, limit: int | None = None, echo: bool = False,
-                  report: ReportOptions | None = None) -> dict[str, Any]:
+def pipeline_flow(ctx: FlowContext | None = None, commit_data: bool = True, limit: int | None = None,
+                  echo: bool = False, report: ReportOptions | None = None) -> PipelineResult:
     """The main job: data version -> datasets -> validation -> embed -> score and calibrate the first
     ``models:`` entry (the paper's pass), its table shown -> score and calibrate the others ->
     compare -> evaluate; the last task writes the report (:class:`ReportOptions`) with the flow
@@ -198,166 +217,144 @@ def pipeline_flow(params_path: str = str(PARAMS_FILE), db_url: str | None = None
     (``checkworthy run``).
     """
     t0 = time.monotonic()
-    report = report or ReportOptions()
-    params = load_params(Path(params_path))
-    dv = version_data_task(repo, commit_data, db_url, "checkworthy-pipeline",
-                           {"params": params, "limit": limit})
-    prepared = []
-    for name in params["datasets"]:
-        p = prepare_task(name, params["seed"], labelled_sizes(params).get(name), dv, db_url, limit, echo)
-        say(f"{name}: calibration set {len(p['calibration_ids'])} claims ({p['lineage']}, label set "
-            f"{p['label_set_id']}), test {len(p['test_ids'])}", echo)
-        prepared.append(p)
-    bounds = bounds_of(params)
-    if limit:  # a smoke run's calibration set is at most ``limit`` claims by construction
-        bounds["min_rows"] = min(bounds["min_rows"], limit)
-    verdicts = {p["lineage"]: validate_task(p["label_set_id"], bounds, dv, db_url) for p in prepared}
-    lineages = [{"lineage": p["lineage"], "label_set_id": p["label_set_id"],
-                 "calibration_ids": p["calibration_ids"], "targets": {p["target"]: p["test_ids"]}}
-                for p in prepared]
+    ctx, report = ctx or FlowContext(), report or ReportOptions()
+    params = ctx.params()
+    dv = version_data_task(ctx, commit_data, "checkworthy-pipeline", {"params": params, "limit": limit})
+    prepared = [_prepare(name, params, dv, ctx, limit, echo) for name in params["datasets"]]
+    verdicts = {p.lineage: validate_task(p.label_set_id, validation_bounds(params, limit), dv, ctx)
+                for p in prepared}
+    lineages = [p.work() for p in prepared]
     # the first entry (the paper's pass) is scored and calibrated first and its table shown, before
     # the ablation and the other models are
-    ids, (first, *others) = _claim_ids(lineages), [model_name(m) for m in params["models"]]
-    keys = _score(ids, [first], params, db_url, None, echo)
-    runs = _calibrate(lineages, verdicts, keys, params, dv, db_url)
-    first_table_task([r["run_id"] for r in runs], db_url, report.table_path(), echo)
-    keys = _score(ids, others, params, db_url, None, echo)
-    runs += _calibrate(lineages, verdicts, keys, params, dv, db_url)
-    targets = [p["target"] for p in prepared]
-    runs.sort(key=lambda r: targets.index(r["target"]))  # each target's runs in models: order
-    run_ids = [r["run_id"] for r in runs]
+    ids, (first, *others) = claim_ids(lineages), model_names(params)
+    runs = _calibrate(lineages, verdicts, _score(ids, [first], params, ctx, None, echo), params, dv, ctx)
+    first_table_task([r.run_id for r in runs], ctx, report.table_path(), echo)
+    runs += _calibrate(lineages, verdicts, _score(ids, others, params, ctx, None, echo), params, dv, ctx)
+    runs = in_target_order(runs, [p.target for p in prepared])
+    run_ids = [r.run_id for r in runs]
     if params.get("compare"):
-        say(f"compared the methods on {len(compare_task(run_ids, db_url))} runs", echo)
-    ev = evaluate_task(run_ids, db_url, report.metrics_file, report.report_name(), report.folder,
+        say(f"compared the methods on {len(compare_task(run_ids, ctx))} runs", echo)
+    ev = evaluate_task(run_ids, ctx, report.metrics_file, report.report_name(), report.folder,
                        params.get("report"))
-    return {"runs": runs, "run_ids": run_ids, "data_version_id": dv, "validations": list(verdicts.values()),
-            "report": ev["report"], "metrics": ev["metrics"], "seconds": time.monotonic() - t0}
+    return PipelineResult(runs, run_ids, dv, verdicts, ev.report, ev.metrics, time.monotonic() - t0)
 
 
 @flow(name="recalibrate", log_prints=True)
-def recalibrate_flow(label_set_names: list[str] | None = None, db_url: str | None = None,
-                     repo: str = str(ROOT), params_path: str = str(PARAMS_FILE),
-                     reason: str = "labels", metrics_file: str | None = None) -> dict[str, Any]:
+def recalibrate_flow(label_set_names: list[str] | None = None, ctx: FlowContext | None = None,
+                     reason: str = "labels", metrics_file: str | None = None) -> RecalibrateResult:
     """Validate each lineage head and recalibrate its calibrations in force (incrementally)."""
-    params = load_params(Path(params_path))
-    dv = version_data_task(repo, False, db_url, "recalibrate", {"label_set_names": label_set_names,
-                                                                "reason": reason})
-    out: dict[str, Any] = {"validations": [], "runs": [], "skipped": []}
-    for lin in lineages_task(db_url, label_set_names):
-        verdict = validate_task(lin["label_set_id"], bounds_of(params), dv, db_url)
-        out["validations"].append(verdict | {"lineage": lin["lineage"]})
-        if not verdict["success"]:
-            out["skipped"].append(lin["lineage"])
+    ctx = ctx or FlowContext()
+    params = ctx.params()
+    dv = version_data_task(ctx, False, "recalibrate", {"label_set_names": label_set_names, "reason": reason})
+    out = RecalibrateResult()
+    for lin in lineages_task(ctx, label_set_names):
+        verdict = out.validations[lin.lineage] = validate_task(lin.label_set_id, validation_bounds(params),
+                                                               dv, ctx)
+        if not verdict.success:
+            out.skipped.append(lin.lineage)
             continue
-        embed_task(lin["calibration_ids"], db_url)  # newly labelled claims need a vector ...
-        score_in_force_task(lin["lineage"], lin["label_set_id"], params, db_url)  # ... and scores
-        out["runs"] += recalibrate_lineage_task(lin["lineage"], lin["label_set_id"],
-                                                verdict["validation_run_id"], dv, db_url)
-    run_ids = [r["run_id"] for r in out["runs"]]
-    if run_ids:
-        out["metrics"] = evaluate_task(run_ids, db_url, metrics_file)["metrics"]
-    for r in out["runs"]:
-        print(f"run {r['run_id']}: {r['mode']}, {r['n_recomputed']} recomputed, {r['n_copied']} copied")
+        embed_task(lin.calibration_ids, ctx)  # newly labelled claims need a vector ...
+        score_in_force_task(lin.lineage, lin.label_set_id, params, ctx)  # ... and scores
+        out.runs += recalibrate_lineage_task(lin.lineage, lin.label_set_id, verdict.validation_run_id, dv,
+                                             ctx)
+    if out.runs:
+        out.metrics = evaluate_task([r.run_id for r in out.runs], ctx, metrics_file).metrics
+    for r in out.runs:
+        print(r.line())
     return out
 
 
 @flow(name="adapt", log_prints=True)
-def adapt_flow(lineages: list[str] | None = None, params_path: str = str(PARAMS_FILE),
-               db_url: str | None = None, repo: str = str(ROOT), version_artefacts: bool = True
-               ) -> dict[str, Any]:
+def adapt_flow(lineages: list[str] | None = None, ctx: FlowContext | None = None,
+               version_artefacts: bool = True) -> AdaptResult:
     """Adapt each lineage (default: every versioned one) whose labels have grown enough; promote or
     not; recalibrate a lineage whose champion changed."""
-    params = load_params(Path(params_path))
-    dv = version_data_task(repo, False, db_url, "adapt", {"lineages": lineages})
-    out: dict[str, Any] = {"lineages": [], "runs": []}
-    for name in lineages or lineage_names_task(db_url):
-        done = adapt_task(name, params, repo if version_artefacts else None, db_url)
-        out["lineages"].append(done)
-        if done.get("promoted"):
-            out["runs"] += recalibrate_champion_task(name, params, dv, db_url)
+    ctx = ctx or FlowContext()
+    params = ctx.params()
+    dv = version_data_task(ctx, False, "adapt", {"lineages": lineages})
+    out = AdaptResult()
+    for name in lineages or lineage_names_task(ctx):
+        done = adapt_task(name, params, ctx, version_artefacts)
+        out.lineages.append(done)
+        if done.promoted:
+            out.runs += recalibrate_champion_task(name, params, dv, ctx)
     return out
 
 
 @flow(name="label-update", log_prints=True)
 def label_update_flow(files: list[str] | None = None, repo: str = str(ROOT), db_url: str | None = None,
                       params_path: str = str(PARAMS_FILE), recalibrate_now: bool = False,
-                      emit: bool = True) -> dict[str, Any]:
-    """Version and apply label files; the event it emits triggers recalibration (or do it now)."""
-    params = load_params(Path(params_path))
+                      emit: bool = True) -> LabelUpdateResult:
+    """Version and apply label files; the event it emits triggers recalibration (or do it now). Its
+    callers outside the flows (the command line, the Label Studio backend) name the store, the
+    project and the params file apiece."""
+    ctx = FlowContext(db_url=db_url, repo=repo, params_path=params_path)
+    params = ctx.params()
     if files is None:
-        files = pending_labels_task(repo, db_url)
-    checked = check_labels_task(files, repo, db_url) if files else {"good": [], "refused": []}
-    files = checked["good"]
-    if not files:
-        return {"updates": [], "refused": checked["refused"], "recalibration": None}
-    placed = place_task(files, repo, "labels")
-    dv = version_data_task(repo, False, db_url, "label-update", {"files": files})
-    updates = [apply_labels_task(p, repo, bounds_of(params), db_url, emit) for p in placed]
+        files = pending_labels_task(ctx)
+    checked = check_labels_task(files, ctx) if files else CheckedFiles([], [])
+    if not checked.good:
+        return LabelUpdateResult([], checked.refused)
+    placed = place_task(checked.good, ctx.repo, "labels")
+    dv = version_data_task(ctx, False, "label-update", {"files": checked.good})
+    updates = [apply_labels_task(p, ctx, validation_bounds(params), emit) for p in placed]
     for u in updates:
-        print(f"{u['path']}: {u['status']}, {u['n_appended']} labels appended, new heads {u['new_heads']}")
-    changed = sorted({n for u in updates for n in u["new_heads"]})
-    recal = None
-    if recalibrate_now and changed:
-        recal = recalibrate_flow(changed, db_url, repo, params_path, "labels")
-    return {"updates": updates, "refused": checked["refused"], "data_version_id": dv, "changed": changed,
-            "recalibration": recal}
+        print(u.line())
+    changed = changed_lineages(updates)
+    recal = recalibrate_flow(changed, ctx, "labels") if recalibrate_now and changed else None
+    return LabelUpdateResult(updates, checked.refused, dv, changed, recal)
 
 
 @flow(name="rescore", log_prints=True)
-def rescore_flow(guidelines: str = str(GUIDELINES_FILE), db_url: str | None = None, repo: str = str(ROOT),
-                 params_path: str = str(PARAMS_FILE), metrics_file: str | None = None,
-                 label_set_names: list[str] | None = None) -> dict[str, Any]:
+def rescore_flow(guidelines: str = str(GUIDELINES_FILE), ctx: FlowContext | None = None,
+                 metrics_file: str | None = None, label_set_names: list[str] | None = None) -> RescoreResult:
     """Score every lineage's claims under the (new) guidelines and calibrate them with that prompt."""
-    params = load_params(Path(params_path))
-    dv = version_data_task(repo, False, db_url, "rescore", {"guidelines": guidelines})
-    lineages = lineages_task(db_url, label_set_names, measured_only=True)
-    verdicts = {lin["lineage"]: validate_task(lin["label_set_id"], bounds_of(params), dv, db_url)
-                for lin in lineages}
-    runs = _calibrate_all(lineages, verdicts, params, dv, db_url, guidelines)
-    run_ids = [r["run_id"] for r in runs]
-    metrics = evaluate_task(run_ids, db_url, metrics_file)["metrics"] if run_ids else {}
-    return {"runs": runs, "metrics": metrics, "validations": list(verdicts.values())}
+    ctx = ctx or FlowContext()
+    params = ctx.params()
+    dv = version_data_task(ctx, False, "rescore", {"guidelines": guidelines})
+    lineages = lineages_task(ctx, label_set_names, measured_only=True)
+    verdicts = _validate(lineages, params, dv, ctx)
+    runs = _calibrate_all(lineages, verdicts, params, dv, ctx, guidelines)
+    run_ids = [r.run_id for r in runs]
+    metrics = evaluate_task(run_ids, ctx, metrics_file).metrics if run_ids else {}
+    return RescoreResult(runs, metrics, verdicts)
 
 
 @flow(name="guidelines-update", log_prints=True)
-def guidelines_update_flow(guidelines: str = str(GUIDELINES_FILE), repo: str = str(ROOT),
-                           db_url: str | None = None, params_path: str = str(PARAMS_FILE),
-                           rescore_now: bool = False, emit: bool = True) -> dict[str, Any]:
+def guidelines_update_flow(guidelines: str = str(GUIDELINES_FILE), ctx: FlowContext | None = None,
+                           rescore_now: bool = False, emit: bool = True) -> GuidelinesUpdate:
     """Version an edited guidelines file; its event triggers ``rescore`` (or rescore now)."""
-    out = guidelines_task(guidelines, repo, db_url, emit)
-    print(f"guidelines {out['version']}: {'new version' if out['new'] else 'already known'}")
-    if rescore_now and out["new"] and not out.get("baseline"):
-        out["rescore"] = rescore_flow(guidelines, db_url, repo, params_path)
-    return out
+    ctx = ctx or FlowContext()
+    change = guidelines_task(guidelines, ctx, emit)
+    print(change.line())
+    due = rescore_now and change.new and not change.baseline
+    return GuidelinesUpdate(change, rescore_flow(guidelines, ctx) if due else None)
 
 
 @flow(name="score-new-claims", log_prints=True)
-def score_new_claims_flow(db_url: str | None = None, repo: str = str(ROOT),
-                          params_path: str = str(PARAMS_FILE),
-                          label_set_names: list[str] | None = None) -> dict[str, Any]:
+def score_new_claims_flow(ctx: FlowContext | None = None,
+                          label_set_names: list[str] | None = None) -> NewClaimsResult:
     """Ingest newly arrived claims, embed and score what is new, bring the calibrations up to date."""
-    params = load_params(Path(params_path))
-    incoming = sorted(str(p) for p in (Path(repo) / "data" / "incoming").glob("*.csv"))
-    dv = version_data_task(repo, bool(incoming), db_url, "score-new-claims", {"incoming": incoming})
-    added = ingest_task(incoming, db_url, label_set_names) if incoming else {}
-    if not stale_targets_task(db_url, label_set_names):
+    ctx = ctx or FlowContext()
+    params = ctx.params()
+    incoming = incoming_files(ctx.repo)
+    dv = version_data_task(ctx, bool(incoming), "score-new-claims", {"incoming": incoming})
+    added = ingest_task(incoming, ctx, label_set_names) if incoming else {}
+    if not stale_targets_task(ctx, label_set_names):
         print("nothing new: every target is calibrated over all its claims")
-        return {"ingested": added, "runs": []}
-    lineages = lineages_task(db_url, label_set_names, measured_only=True)
-    verdicts = {lin["lineage"]: validate_task(lin["label_set_id"], bounds_of(params), dv, db_url)
-                for lin in lineages}
-    runs = _calibrate_all(lineages, verdicts, params, dv, db_url, None)
-    new_work = [r for r in runs if r["mode"] != "reused"]
-    print(f"{sum(len(v) for v in added.values())} claims arrived; {len(new_work)} calibrations updated")
-    return {"ingested": added, "runs": runs}
+        return NewClaimsResult(added, [])
+    lineages = lineages_task(ctx, label_set_names, measured_only=True)
+    runs = _calibrate_all(lineages, _validate(lineages, params, dv, ctx), params, dv, ctx, None)
+    print(new_claims_line(added, runs))
+    return NewClaimsResult(added, runs)
 
 
 @flow(name="watch-changes", log_prints=True)
-def watch_flow(repo: str = str(ROOT), db_url: str | None = None, guidelines: str = str(GUIDELINES_FILE),
-               params_path: str = str(PARAMS_FILE)) -> dict[str, Any]:
+def watch_flow(ctx: FlowContext | None = None, guidelines: str = str(GUIDELINES_FILE)) -> WatchResult:
     """Notice label files dropped in data/labels/ and guideline edits; version them and emit events.
     First close the calibration runs a dead process left running."""
-    abandoned = close_abandoned_task(db_url)
-    labels_out = label_update_flow(None, repo, db_url, params_path)
-    guide_out = guidelines_update_flow(guidelines, repo, db_url, params_path)
-    return {"labels": labels_out, "guidelines": guide_out, "abandoned": abandoned}
+    ctx = ctx or FlowContext()
+    abandoned = close_abandoned_task(ctx)
+    labels_out = label_update_flow(None, **ctx.model_dump())
+    guide_out = guidelines_update_flow(guidelines, ctx)
+    return WatchResult(labels_out, guide_out, abandoned)

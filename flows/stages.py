@@ -10,84 +10,96 @@ state itself lives in Postgres; each step reuses what is stored, so a stage re-r
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from checkworthy.config import (
-    DVC_REPORT,
-    PARAMS_FILE,
-    REPORTS_DIR,
-    ROOT,
-    labelled_sizes,
-    load_params,
-    model_name,
-)
+from checkworthy.config import DVC_REPORT, REPORTS_DIR, ROOT, labelled_sizes
 from checkworthy.flows.tasks import (
     TaskContext,
-    bounds_of,
     calibrate_task,
     compare_task,
     embed_task,
     evaluate_task,
     prepare_task,
-    run_spec,
     score_task,
     validate_task,
     version_data_task,
     write_json,
 )
+from checkworthy.runs.flow_types import (
+    CalibrateStage,
+    EmbedStage,
+    Evaluation,
+    FlowContext,
+    LabelVerdict,
+    PreparedDataset,
+    ScoreStage,
+)
 from checkworthy.runs.main_job import later_of_its_spec
+from checkworthy.runs.pipeline_steps import (
+    blocked,
+    calibration_jobs,
+    model_names,
+    read_keys,
+    read_run_ids,
+    read_verdicts,
+    validation_bounds,
+)
 
 STAGES = ("validate", "embed", "score", "calibrate", "evaluate")
 METRICS = ROOT / "metrics"
+Outcome = dict[str, LabelVerdict] | EmbedStage | ScoreStage | CalibrateStage | Evaluation
 
 
-def _read(name: str) -> Any:
-    return json.loads((METRICS / name).read_text(encoding="utf-8"))
+def _evaluate(params: dict[str, Any], ctx: FlowContext) -> Evaluation:
+    """Compare the methods (if params ask) and evaluate the calibrate stage's runs; write the report."""
+    run_ids = read_run_ids(METRICS / "calibration.json")
+    if params.get("compare"):
+        compare_task(run_ids, ctx)
+    return evaluate_task(run_ids, ctx, str(METRICS / "evaluation.json"), DVC_REPORT, str(REPORTS_DIR),
+                         params.get("report"))
+
+
+def _step(stage: str, prepared: list[PreparedDataset], params: dict[str, Any], dv: int,
+          ctx: FlowContext) -> Outcome:
+    """The validate, embed, score or calibrate step on the prepared datasets."""
+    ids = sorted({i for p in prepared for i in p.calibration_ids + p.test_ids})
+    if stage == "validate":
+        return {p.lineage: validate_task(p.label_set_id, validation_bounds(params), dv, ctx)
+                for p in prepared}
+    if stage == "embed":
+        return EmbedStage(len(ids), embed_task(ids, ctx))
+    if stage == "score":
+        return ScoreStage(len(ids), [k for m in model_names(params)
+                                     for k in score_task(m, ids, params, ctx,
+                                                         alongside=later_of_its_spec(params, m))])
+    verdicts = read_verdicts(METRICS / "validation.json")
+    keys = read_keys(METRICS / "scores.json")
+    jobs = calibration_jobs([p.work() for p in prepared], verdicts, keys, params)
+    return CalibrateStage([calibrate_task(j.spec, TaskContext(ctx, dv, j.validation_run_id)) for j in jobs],
+                          blocked(verdicts))
+
+
+FILES = {"validate": "validation.json", "embed": "embed.json", "score": "scores.json",
+         "calibrate": "calibration.json"}
 
 
 @flow(name="dvc-stage", log_prints=True)
-def stage_flow(stage: str, params_path: str = str(PARAMS_FILE), db_url: str | None = None) -> dict[str, Any]:
+def stage_flow(stage: str, ctx: FlowContext | None = None) -> Outcome:
     """One step of the main job, for ``dvc repro``."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
-    params = load_params(Path(params_path))
-    dv = version_data_task(str(ROOT), False, db_url, f"dvc-stage:{stage}", {"stage": stage})
+    ctx = ctx or FlowContext()
+    params = ctx.params()
+    dv = version_data_task(ctx, False, f"dvc-stage:{stage}", {"stage": stage})
     if stage == "evaluate":
-        run_ids = [r["run_id"] for r in _read("calibration.json")["runs"]]
-        if params.get("compare"):
-            compare_task(run_ids, db_url)
-        return evaluate_task(run_ids, db_url, str(METRICS / "evaluation.json"), DVC_REPORT, str(REPORTS_DIR),
-                             params.get("report"))
+        return _evaluate(params, ctx)
     sizes = labelled_sizes(params)
-    prepared = [prepare_task(name, params["seed"], sizes.get(name), dv, db_url)
-                for name in params["datasets"]]
-    ids = sorted({i for p in prepared for i in p["calibration_ids"] + p["test_ids"]})
-    out: dict[str, Any]
-    if stage == "validate":
-        bounds = bounds_of(params)
-        out = {p["lineage"]: validate_task(p["label_set_id"], bounds, dv, db_url) for p in prepared}
-        write_json(METRICS / "validation.json", out)
-    elif stage == "embed":
-        out = {"n_claims": len(ids), "n_embedded_now": embed_task(ids, db_url)}
-        write_json(METRICS / "embed.json", out)
-    elif stage == "score":
-        names = [model_name(m) for m in params["models"]]
-        keys = [k for m in names
-                for k in score_task(m, ids, params, db_url, alongside=later_of_its_spec(params, m))]
-        out = {"n_claims": len(ids), "keys": keys}
-        write_json(METRICS / "scores.json", out)
-    else:  # calibrate
-        verdicts, keys = _read("validation.json"), _read("scores.json")["keys"]
-        runs = [calibrate_task(run_spec(p["target"], p["test_ids"], p["label_set_id"], key, k, params),
-                               TaskContext(db_url, dv, verdicts[p["lineage"]]["validation_run_id"]))
-                for p in prepared if verdicts[p["lineage"]]["success"] for key in keys for k in params["k"]]
-        out = {"runs": runs, "blocked": sorted(n for n, v in verdicts.items() if not v["success"])}
-        write_json(METRICS / "calibration.json", out)
+    prepared = [prepare_task(name, params["seed"], sizes.get(name), dv, ctx) for name in params["datasets"]]
+    out = _step(stage, prepared, params, dv, ctx)
+    write_json(METRICS / FILES[stage], out)
     return out
 
 

@@ -250,8 +250,9 @@ def test_the_adapt_flow_skips_a_lineage_whose_labels_have_not_changed(adapted, p
     from checkworthy.flows.pipeline import adapt_flow
 
     out, lab, _, _ = adapted
-    done = adapt_flow(lineages=[lab.lineage], params_path=str(project["params"]), db_url=db_url,
+    from checkworthy.runs.flow_types import Adapted, FlowContext
+
+    done = adapt_flow(lineages=[lab.lineage], ctx=FlowContext(params_path=str(project["params"]), db_url=db_url),
                       version_artefacts=False)
-    assert done["lineages"] == [{"lineage": lab.lineage, "adapted": False,
-                                 "why": f"version {out.version_id} was trained on these labels"}]
-    assert done["runs"] == []
+    assert done.lineages == [Adapted(lab.lineage, False, f"version {out.version_id} was trained on these labels")]
+    assert done.runs == []

@@ -27,6 +27,7 @@ from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.data.text import normalise_text
 from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.calibration_run import compute, run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.serve.app import create_app
@@ -37,7 +38,6 @@ from checkworthy.store import api_keys, lineages
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_run
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import COOKING, clef
 from checkworthy.testing.events import event_stored

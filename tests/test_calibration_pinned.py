@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine
 
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.own_scores import UserFile
 from checkworthy.runs.predict import Recommended, predict_files, read_files
 from checkworthy.runs.recalibration import recalibrate
 from checkworthy.scorers.registry import NO_PROMPT
@@ -117,7 +118,7 @@ def test_predict_figures_are_pinned(use_db, tmp_path, prior):
                     [(c.source_id, c.text, c.label) for c in claims[40:]])
     rec = Recommended(model="pinned:hash", score_kind="verbalised", k=5, prior=prior)
     rows = read_files(lab, unl, rec.k)
-    got = predict_files(use_db, (lab, unl), rows, tmp_path / "OUT.csv", rec,
+    got = predict_files(use_db, (UserFile.of(lab), UserFile.of(unl)), rows, tmp_path / "OUT.csv", rec,
                         (SlowHashScorer("pinned:hash"), NO_PROMPT))
     out = (tmp_path / "OUT.csv").read_text(encoding="utf-8")
     check(f"predict_{prior}", stored(use_db, got.run_id) | {"out": out})

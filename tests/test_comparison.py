@@ -22,10 +22,10 @@ from checkworthy.runs import comparisons
 from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import CompareInputs, CompareOptions, MetricRow, compare, targets_met
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.comparisons import comparison_heads, comparison_rows
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.reports import stored_report
 from checkworthy.store.run_spec import RunMethods, RunSpec

@@ -39,12 +39,14 @@ from checkworthy.method.prevalence import share_positive, under_drift
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import ReviewRule
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
+from checkworthy.runs.flow_types import FlowContext
 from checkworthy.runs.review_queue import export_rows
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
-from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
+from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import COOKING, write_csv
 from checkworthy.testing.datasets import raw_path
@@ -147,7 +149,7 @@ def test_a_batch_of_the_same_kind_raises_nothing_and_another_domain_raises_the_f
 
     @flow(name="drift-announcement")
     def announce(run_ids: list[int]) -> None:
-        announce_drift(db_url, run_ids)
+        announce_drift(FlowContext(db_url=db_url), run_ids)
 
     announce([same, other])
     other_event = str(uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{other}"))

@@ -22,11 +22,11 @@ from checkworthy.report.headline import HEADER
 from checkworthy.report.render import HEADLINE, build
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.predict import Recommended
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.comparisons import comparison_rows
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.metrics import load_metrics
 from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path

@@ -14,6 +14,7 @@ from checkworthy.method.predictor_choice import AUTO_CANDIDATES
 from checkworthy.report import held_out as report
 from checkworthy.runs import held_out
 from checkworthy.scorers.classifier import ARTEFACT_ROOT
+from checkworthy.settings import Settings
 from checkworthy.store.audit import table_counts
 
 LR = ("classifier:minilm-lr", "p_positive")
@@ -98,9 +99,10 @@ def test_a_predictor_trained_on_an_event_is_refused(engine, tmp_path):
     m = json.loads(manifest.read_text())
     del m["training_data"]["excluded"]["clef2024:dev"]
     manifest.write_text(json.dumps(m))
-    params = load_params() | {"models": [{"spec": "classifier:leaky", "root": str(tmp_path)}]}
+    settings = Settings.parse(load_params() | {"models": [{"spec": "classifier:leaky", "root": str(tmp_path)}]})
     with pytest.raises(ValueError, match="trained on CLEF 2024 dev: retrain"):
-        held_out.evaluate_held_out(engine, [("classifier:leaky", "p_positive")], params=params, limit=5,
+        held_out.evaluate_held_out(engine, [("classifier:leaky", "p_positive")], settings=settings,
+                                   limit=5,
                                    work_dir=tmp_path / "work")
 
 

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from checkworthy.data.datasets import load_clef
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
-from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
+from checkworthy.store.embeddings import load_embeddings
 from checkworthy.store.knn import leave_one_out_neighbours, nearest_labelled
 from checkworthy.testing.datasets import raw_path
 

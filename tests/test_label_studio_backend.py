@@ -39,6 +39,7 @@ from checkworthy.data.label_studio import LABEL_CONFIG
 from checkworthy.data.text import normalise_text
 from checkworthy.flows.api_events import FlowEvents
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.serve.label_studio_backend import (
@@ -53,7 +54,6 @@ from checkworthy.store import review_queue as queue
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import result_values
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import clef
 from checkworthy.testing.events import event_stored

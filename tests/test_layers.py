@@ -21,7 +21,7 @@ from checkworthy.testing.sources import FLOWS, PACKAGE, module_name, source_file
 LAYERS = ["foundation", "method", "data", "scorers", "store", "runs", "report", "flows", "serve", "cli",
           "testing"]
 #: modules at the package root: settings and exceptions every layer may use
-FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors"}
+FOUNDATION = {"checkworthy", "checkworthy.config", "checkworthy.errors", "checkworthy.settings"}
 #: where an import inside a function may name a checkworthy module (start-up time of the command line)
 LAZY_ALLOWED = {"cli"}
 
@@ -95,6 +95,15 @@ def test_serve_imports_no_flow():
     found = [f"{MODULES[src].relative_to(ROOT)}:{line}: {dst}" for src, targets in EDGES.items()
              if layer_of(src) == "serve" for dst, line, _ in targets if layer_of(dst) == "flows"]
     assert not found, "serve imports a flow module:\n" + "\n".join(found)
+
+
+def test_the_store_runs_no_model():
+    """The store stores and reads; model inference (embedding texts, scoring them) happens above it,
+    so the store imports nothing from a scorer but its value types (``scorers/base.py``)."""
+    found = [f"{MODULES[src].relative_to(ROOT)}:{line}: {dst}" for src, targets in EDGES.items()
+             if layer_of(src) == "store" for dst, line, _ in targets
+             if layer_of(dst) == "scorers" and dst != "checkworthy.scorers.base"]
+    assert not found, "the store imports a model:\n" + "\n".join(found)
 
 
 def test_no_import_cycles():

@@ -35,12 +35,12 @@ from checkworthy.report.render import HEADLINE
 from checkworthy.runs.analyses import AnalysisOptions, ensure_analyses, load_runs
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.comparisons import ensure_comparison, latest_comparisons
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_run
 from checkworthy.store.comparisons import comparison_rows
 from checkworthy.store.data_versions import record_data_version
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.knn import neighbour_lists, pool_of
 from checkworthy.store.label_updates import labels_as_of
 from checkworthy.store.metrics import load_metrics

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import load_clef
-from checkworthy.flows.tasks import TaskContext, calibrate_task, run_spec
+from checkworthy.flows.tasks import TaskContext, calibrate_task
 from checkworthy.method import nnppi
 from checkworthy.method.calibrators import CALIBRATORS, fitted_params
 from checkworthy.method.corrections import estimate_lambda, select_by_cv
@@ -30,11 +30,14 @@ from checkworthy.method.predictor_choice import (
 )
 from checkworthy.runs.calibration import labelled_pool
 from checkworthy.runs.calibration_run import compute, run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
+from checkworthy.runs.flow_types import FlowContext
+from checkworthy.runs.pipeline_steps import run_spec
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
 from checkworthy.store.calibration_runs import load_results, load_run
-from checkworthy.store.embeddings import ensure_embeddings, load_embeddings
+from checkworthy.store.embeddings import load_embeddings
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.datasets import raw_path
 
@@ -234,14 +237,12 @@ def test_cli_calibrate_with_interval_and_correction(use_db, world, tmp_path, cap
 def test_pipeline_passes_interval_and_correction(engine, db_url, world):
     """The flows' calibrate task stores params.yaml's interval and correction with the run."""
     w = world
-    key = {"model_id": w["key"].model_id, "prompt_version": w["key"].prompt_version,
-           "params_hash": w["key"].params_hash, "score_kind": w["key"].score_kind}
     params = {"alpha": 0.05, "threshold": 0.5, "interval": "conformal", "correction": "shrink"}
-    spec = run_spec("methods-test:test", list(w["ids"][N_LAB:]), w["ls"], key, 3, params)
-    out = calibrate_task.fn(spec, TaskContext(db_url, None, None))
+    spec = run_spec("methods-test:test", list(w["ids"][N_LAB:]), w["ls"], w["key"], 3, params)
+    out = calibrate_task.fn(spec, TaskContext(FlowContext(db_url=db_url), None, None))
     with engine.connect() as conn:
         run = conn.execute(text("SELECT interval_method, params FROM calibration_runs WHERE id = :i"),
-                           {"i": out["run_id"]}).one()
+                           {"i": out.run_id}).one()
     assert run.interval_method == "conformal" and run.params["correction"] == "shrink"
     assert "kappa" in run.params["correction_params"]
 

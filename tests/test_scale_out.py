@@ -22,6 +22,7 @@ from sqlalchemy import text
 from checkworthy.data.datasets import load_clef
 from checkworthy.flows.pipeline import fan_out
 from checkworthy.flows.task_runners import dask_address, task_runner
+from checkworthy.runs.flow_types import FlowContext, ScoredKey
 from checkworthy.store import rows as store
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.fake_ollama import FakeOllama
@@ -52,14 +53,14 @@ def params(url: str, seed: int, dask: str | None, chunk: int = 16) -> dict:
             "scale_out": {"dask": dask, "workers": 2, "chunk_size": chunk}}
 
 
-def stored(engine, key: dict, texts: list[str]) -> dict[str, list[float]]:
+def stored(engine, key: ScoredKey, texts: list[str]) -> dict[str, list[float]]:
     with engine.connect() as conn:
         rows = conn.execute(text(
             """SELECT t.text, p.score FROM predictions p JOIN texts t ON t.text_hash = p.text_hash
                WHERE p.model_id = :m AND p.prompt_version = :pv AND p.params_hash = :ph AND p.score_kind = :sk
                  AND t.text = ANY(:t)"""),
-            {"m": key["model_id"], "pv": key["prompt_version"], "ph": key["params_hash"],
-             "sk": key["score_kind"], "t": texts}).all()
+            {"m": key.model_id, "pv": key.prompt_version, "ph": key.params_hash,
+             "sk": key.score_kind, "t": texts}).all()
     out: dict[str, list[float]] = {}
     for t, score in rows:
         out.setdefault(t, []).append(score)
@@ -88,12 +89,12 @@ def test_local_workers_start_without_the_nannys_trim_threshold():
 def test_two_dask_workers_store_the_same_scores_as_threads(engine, db_url, world, workers_see_the_api):
     ids, texts = world
     with FakeOllama() as srv:
-        on_threads = fan_out(ids, params(srv.url, 1, None), db_url)
-        on_dask = fan_out(ids, params(srv.url, 2, "local"), db_url)
-    by_kind = {(k["score_kind"], k["params_hash"]): k for k in on_threads + on_dask}
+        on_threads = fan_out(ids, params(srv.url, 1, None), FlowContext(db_url=db_url))
+        on_dask = fan_out(ids, params(srv.url, 2, "local"), FlowContext(db_url=db_url))
+    by_kind = {(k.score_kind, k.params_hash): k for k in on_threads + on_dask}
     assert len(by_kind) == len(on_threads) + len(on_dask) and on_threads  # two keys per score kind
     for a in on_threads:
-        b = next(k for k in on_dask if k["score_kind"] == a["score_kind"])
+        b = next(k for k in on_dask if k.score_kind == a.score_kind)
         sa, sb = stored(engine, a, texts), stored(engine, b, texts)
         assert len(sa) == len(sb) == N  # every text, once
         assert all(len(v) == 1 for v in sa.values()) and all(len(v) == 1 for v in sb.values())
@@ -123,7 +124,7 @@ def test_a_worker_killed_mid_chunk_loses_nothing_and_stores_nothing_twice(engine
 
         killer = threading.Thread(target=kill_one_when_scoring_started)
         killer.start()
-        keys = fan_out(ids, params(srv.url, 3, cluster.scheduler_address, chunk=8), db_url)
+        keys = fan_out(ids, params(srv.url, 3, cluster.scheduler_address, chunk=8), FlowContext(db_url=db_url))
         killer.join()
         n_requests = len(srv.model_requests())
     assert killed

@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 
 from checkworthy.cli.checks import output_file, positive_int
-from checkworthy.config import labelled_sizes, load_params
 from checkworthy.errors import UsageError
 
 
@@ -25,6 +24,7 @@ def cmd_demonstrations(args: argparse.Namespace) -> int:
 
     from checkworthy.runs.fewshot_demonstrations import write_demonstrations
     from checkworthy.scorers.fewshot_prompt import DEFAULT_DEMONSTRATIONS, load_demonstrations
+    from checkworthy.settings import load_settings
 
     out = args.out or str(DEFAULT_DEMONSTRATIONS)
     problem = output_file("--out", out, [])
@@ -37,11 +37,11 @@ def cmd_demonstrations(args: argparse.Namespace) -> int:
             problem = f"--out {out}: exists and is not a demonstrations file; name a new file"
     if problem:
         raise UsageError(problem)
-    params = load_params()
-    seed = params["seed"] if args.seed is None else args.seed
+    settings = load_settings()
+    seed = settings.seed if args.seed is None else args.seed
     made_by = f"checkworthy demonstrations --n {args.n} --seed {seed}"
     try:
-        data = write_demonstrations(args.n, seed, labelled_sizes(params), Path(out), made_by=made_by)
+        data = write_demonstrations(args.n, seed, settings.labelled_sizes(), Path(out), made_by=made_by)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(f"{len(data['shots'])} demonstrations -> {out} (none from {', '.join(data['excluded'])})")

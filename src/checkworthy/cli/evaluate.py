@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from checkworthy.cli.checks import output_dir, positive_int
-from checkworthy.config import REPORTS_DIR, load_params
+from checkworthy.config import REPORTS_DIR
 from checkworthy.errors import UsageError
 
 
@@ -27,6 +27,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from checkworthy.report.held_out import summary, write
     from checkworthy.runs.held_out import DEFAULT_PREDICTORS, evaluate_held_out
     from checkworthy.runs.predict import Recommended
+    from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
 
     predictors = DEFAULT_PREDICTORS
@@ -37,13 +38,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     problem = output_dir("--out", args.out)
     if problem:
         raise UsageError(problem)
-    params = load_params()
+    settings = load_settings()
     try:
-        measured, chosen_by, events = evaluate_held_out(get_engine(), predictors, params=params,
+        measured, chosen_by, events = evaluate_held_out(get_engine(), predictors, settings=settings,
                                                         limit=args.limit, echo=print)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
-    rec = Recommended.from_params(params)
+    rec = Recommended.of(settings.predict)
     described = (f"{rec.model} {rec.score_kind}, correction {rec.correction}, interval {rec.interval}, "
                  f"k = {rec.k}, prior {rec.prior}")
     path = write(Path(args.out), measured, chosen_by, events, described)

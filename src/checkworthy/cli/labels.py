@@ -64,27 +64,27 @@ def add_label_file(path: Path, event_only: bool) -> int:
         moved = refuse_label_file(get_engine(), path, ROOT, str(exc))
         raise DataError(exc.file, exc.row, exc.field, f"{exc.problem}; moved to {moved}") from None
     out = label_update_flow(files=[str(path.resolve())], recalibrate_now=not event_only)
-    for u in out["updates"]:
-        print(f"{u['path']}: {u['status']}{' (already applied)' if u['reused'] else ''}, "
-              f"{u['n_appended']} labels appended, data version {u['data_version_id']}")
-        if u.get("moved_to"):
-            print(f"  moved to {u['moved_to']}: data/labels/ keeps applied files only")
-        for name, ls in u["new_heads"].items():
+    for u in out.updates:
+        print(f"{u.path}: {u.status}{' (already applied)' if u.reused else ''}, "
+              f"{u.n_appended} labels appended, data version {u.data_version_id}")
+        if u.moved_to:
+            print(f"  moved to {u.moved_to}: data/labels/ keeps applied files only")
+        for name, ls in u.new_heads.items():
             print(f"  {name}: new label set version {ls}")
         with get_engine().connect() as conn:
-            answered = answers_of_update(conn, u["update_id"])
+            answered = answers_of_update(conn, u.update_id)
             if answered:
                 print(f"  review queue: {len(answered)} claims answered, their entries closed")
-            if u["status"] == "rejected":
-                for r in failed_results(conn, u["validation_run_ids"]):
+            if u.status == "rejected":
+                for r in failed_results(conn, u.validation_run_ids):
                     where = ", ".join(f"line {x['line']}" if x.get("line") else f"claim {x['claim_id']}"
                                       for x in r.unexpected_rows[:10])
                     # name the field when the check is on a column of the file (not a derived one)
                     field = f" (field {r.column_name!r})" if r.column_name in ("label", "text") else ""
                     print(f"  failed {r.check_name}{field}: {where or f'observed {r.observed}'}")
-    recal = out.get("recalibration")
+    recal = out.recalibration
     if recal:
-        for r in recal["runs"]:
-            print(f"  run {r['run_id']}: {r['mode']}, {r['n_recomputed']} claims recomputed, "
-                  f"{r['n_copied']} copied")
-    return 0 if all(u["status"] == "applied" for u in out["updates"]) else 1
+        for r in recal.runs:
+            print(f"  run {r.run_id}: {r.mode}, {r.n_recomputed} claims recomputed, "
+                  f"{r.n_copied} copied")
+    return 0 if all(u.status == "applied" for u in out.updates) else 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkworthy.cli.checks import output_dir, positive_int
-from checkworthy.config import PARAMS_FILE, ROOT, load_params
+from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.errors import DataError, UsageError
 
 if TYPE_CHECKING:
@@ -62,14 +62,16 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_adapt(args: argparse.Namespace) -> int:
     """``checkworthy adapt``: check, train cross-fitted, compare with the champion, register."""
     from checkworthy.runs.adapt import AdaptSettings, DvcVersioning, adapt
+    from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
 
     if not args.labelled and not args.lineage:
         raise UsageError("give --labeled FILE or --lineage NAME")
     if not Path(args.params).is_file():
         raise UsageError(f"--params: no such file {args.params}")
-    params = load_params(Path(args.params))
-    s = AdaptSettings.from_params(params, folds=args.folds, epochs=args.epochs)
+    settings = load_settings(Path(args.params))
+    params = settings.params
+    s = AdaptSettings.of(settings.adapt, folds=args.folds, epochs=args.epochs)
     _check_settings(s, args.no_dvc)
     given = _labelled_file(args, s.folds)
     eng = get_engine()

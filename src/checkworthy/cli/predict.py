@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from checkworthy.cli.calibrate import add_knn_options, add_name_option, add_review_options, check_name
+from checkworthy.cli.calibrate import add_knn_options, add_name_option, add_review_options
 from checkworthy.cli.checks import closed_unit, open_unit, output_file, positive_int
-from checkworthy.config import PARAMS_FILE, load_params
+from checkworthy.config import PARAMS_FILE
 from checkworthy.errors import UsageError
 
 
@@ -40,40 +40,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """Score L and U with the recommended model, calibrate U against L, write OUT."""
     from checkworthy.report.console import print_outcome
-    from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
-    from checkworthy.scorers.registry import configured_scorer
-    from checkworthy.store.engine import get_engine
+    from checkworthy.runs.predict import PredictRequest, Recommended, predict
+    from checkworthy.settings import Settings, load_settings
 
     problem = output_file("--out", args.out, [args.labelled, args.unlabelled])
     if problem is None and args.params and not Path(args.params).is_file():
         problem = f"--params: no such file {args.params}"
     if problem:
         raise UsageError(problem)
-    params = load_params(Path(args.params)) if args.params else {}
+    settings = load_settings(Path(args.params)) if args.params else Settings()
     options = ("model", "score_kind", "k", "alpha", "threshold", "interval", "correction", "prior",
                "review_risk", "max_risk", "delta", "knn", "ef_search")
-    given = {name: getattr(args, name) for name in options}
-    rec = Recommended.from_params(params, **given)
+    rec = Recommended.of(settings.predict, **{name: getattr(args, name) for name in options})
     try:
         rec.methods  # noqa: B018 - refuses an unknown method or a bound outside (0, 1)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    labelled, unlabelled = Path(args.labelled), Path(args.unlabelled)
-    lab, unl = read_files(labelled, unlabelled, rec.k)  # before the model or the store starts
-    check_name(args.name, labelled)
-    if args.model is None and args.score_kind is None:  # the lineage's champion, if it has one
-        from checkworthy.runs.adapt import with_champion
-        from checkworthy.runs.own_scores import labelled_lineage
-
-        params, rec = with_champion(get_engine(), params, rec, args.name or labelled_lineage(labelled))
-    try:
-        scorer, prompt = configured_scorer(params, rec.model)
-        check_score_kind(rec, scorer)
-    except (ValueError, FileNotFoundError) as exc:
-        raise UsageError(f"--model {rec.model}: {exc}") from None
-    outcome = predict_files(get_engine(), (labelled, unlabelled), (lab, unl), Path(args.out), rec,
-                            (scorer, prompt), lineage=args.name)
-    print_outcome(outcome, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
-                           f"interval {rec.interval}, k = {rec.k}, prior {rec.prior}",
+    request = PredictRequest(Path(args.labelled), Path(args.unlabelled), Path(args.out), args.name,
+                             model_given=args.model is not None or args.score_kind is not None)
+    done = predict(request, settings, rec)
+    rec = done.rec
+    print_outcome(done.outcome, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "
+                                f"interval {rec.interval}, k = {rec.k}, prior {rec.prior}",
                   args.out, args.labelled, args.unlabelled)
     return 0

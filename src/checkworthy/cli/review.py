@@ -9,7 +9,7 @@ from pathlib import Path
 
 from checkworthy.cli.checks import output_file, positive_int
 from checkworthy.cli.labels import add_label_file
-from checkworthy.config import PARAMS_FILE, load_params
+from checkworthy.config import PARAMS_FILE
 from checkworthy.errors import DataError, UsageError
 
 
@@ -44,6 +44,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     ``review import FILE``: a Label Studio export or a filled-in CSV, through ``labels add``.
     """
     from checkworthy.runs.review_queue import answers_as_label_file, export_rows, write_export
+    from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
 
     if args.review_command == "import":
@@ -67,7 +68,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     with get_engine().connect() as conn:
         try:
             rows = export_rows(conn, args.limit, args.target, args.order,
-                               load_params(PARAMS_FILE)["seed"] if args.seed is None else args.seed)
+                               load_settings(PARAMS_FILE).seed if args.seed is None else args.seed)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     write_export(rows, Path(args.out), args.format)

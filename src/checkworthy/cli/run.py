@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from checkworthy.cli.checks import positive_int
-from checkworthy.config import PARAMS_FILE, REPORTS_DIR, load_params
+from checkworthy.config import PARAMS_FILE, REPORTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,19 +26,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The main job: both datasets, every k, the table beside the paper, a Markdown report."""
     from checkworthy.flows.pipeline import ReportOptions, pipeline_flow
     from checkworthy.report.console import console_table, table_rows
+    from checkworthy.runs.flow_types import FlowContext
+    from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
 
     t0 = time.monotonic()
-    load_params(Path(args.params))  # a params file the flow would refuse is refused here, in one line
+    load_settings(Path(args.params))  # a params file the flow would refuse is refused here, in one line
     # the Prefect pipeline flow (ephemeral API unless PREFECT_API_URL is set); its last task writes
     # the report, so the flow run carries the report's artifacts
-    result = pipeline_flow(params_path=str(Path(args.params).resolve()), limit=args.limit,
+    result = pipeline_flow(ctx=FlowContext(params_path=str(Path(args.params).resolve())), limit=args.limit,
                            commit_data=args.commit_data, echo=True,
                            report=ReportOptions(name=args.name or time.strftime("run-%Y%m%d-%H%M%S"),
                                                 folder=str(Path(args.reports_dir).resolve())))
     with get_engine().connect() as conn:
         print()
-        print(console_table(table_rows(conn, sorted(result["run_ids"]))))
-    print(f"\nreport: {result['report'] or 'none (no calibration run)'}\n"
+        print(console_table(table_rows(conn, sorted(result.run_ids))))
+    print(f"\nreport: {result.report or 'none (no calibration run)'}\n"
           f"wall time: {time.monotonic() - t0:.0f} s")
     return 0

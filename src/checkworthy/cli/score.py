@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from checkworthy.cli.checks import output_file, positive_int
-from checkworthy.config import PARAMS_FILE, load_params
+from checkworthy.config import PARAMS_FILE
 from checkworthy.errors import UsageError
 from checkworthy.runs.score_file import ScoreOptions, read_input, score_csv
 from checkworthy.runs.scoring import teacher_probabilities
@@ -78,6 +78,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def run_score(args: argparse.Namespace) -> int:
     """Validate input and model first, then start the store and score."""
+    from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
 
     problem = output_file("--out", args.out, [args.input])
@@ -87,7 +88,7 @@ def run_score(args: argparse.Namespace) -> int:
     overrides = parse_options(args.opt)
     if args.params and not Path(args.params).is_file():
         raise ValueError(f"--params: no such file {args.params}")
-    params = load_params(Path(args.params)) if args.params else {}
+    params = load_settings(Path(args.params)).params if args.params else {}
     scorer, prompt = configured_scorer(params, args.model, **overrides)
     summary = score_csv(get_engine(), scorer, prompt, rows, Path(args.out),
                         ScoreOptions(kind=args.kind, chunk_size=args.chunk_size))

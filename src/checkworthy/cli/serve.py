@@ -164,7 +164,7 @@ def _selection(conn: Connection, args: argparse.Namespace, params: Mapping[str, 
     """The runs of ``lineage`` the server may serve, and the params to load their models with: the
     options given, else the lineage's adapted champion, else params.yaml ``predict:`` (none of
     these with ``--any-model`` or ``--run``)."""
-    from checkworthy.runs.adapt import adapted_champion, champion_model, champion_params
+    from checkworthy.runs.predict import adapted_champion, champion_model, champion_params
     from checkworthy.serve.served import Selection
     from checkworthy.store import model_registry as registry
 

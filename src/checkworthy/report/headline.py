@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from checkworthy.config import load_params
 from checkworthy.report import paper_figures, plots
 from checkworthy.report.document import Document, Image, Para, Table, code, esc, to_markdown
 from checkworthy.report.formatting import fmt, missing, slug
 from checkworthy.report.run_groups import SCORE_WORDS, Group, twin_note
 from checkworthy.runs.predict import Recommended
 from checkworthy.scorers.sampling_presets import PAPER_SAMPLING
+from checkworthy.settings import load_settings
 
 #: a recommended correction -> the comparison's (decision family, interval family) that compute it
 COMPARED = {"head-cv": ("head-cv", "interval-head"), "cv": ("cv", "interval-cv"),
@@ -94,7 +94,7 @@ class Headline:
 
 def recommended() -> Recommended:
     """What params.yaml (``$CHECKWORTHY_PARAMS``) recommends (``predict:``)."""
-    return Recommended.from_params(load_params())
+    return Recommended.of(load_settings().predict)
 
 
 def headline(doc: Document, groups: Sequence[Group], metrics: Mapping[int, Mapping],

@@ -22,7 +22,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,11 @@ import numpy as np
 import yaml
 from sqlalchemy import Engine
 
-from checkworthy.config import ROOT
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import promotion
 from checkworthy.method.embedding_head import stratified_folds
 from checkworthy.runs.calibration_run import run_calibration
-from checkworthy.runs.predict import Recommended
+from checkworthy.runs.predict import SCORE_KIND, artefact_root, champion_model, champion_params
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.runs.train_classifier import fingerprint
@@ -51,6 +50,7 @@ from checkworthy.scorers.classifier import ARTEFACT_ROOT, CROSSFIT, LORA
 from checkworthy.scorers.crossfit import FULL, member_name, text_key
 from checkworthy.scorers.lora_classifier import MINILM, sha256_bytes, verified_folder
 from checkworthy.scorers.registry import configured_scorer
+from checkworthy.settings import AdaptSection, parse_section
 from checkworthy.store import lineages
 from checkworthy.store import model_registry as registry
 from checkworthy.store import rows as store
@@ -60,40 +60,44 @@ from checkworthy.store.run_spec import RunContext
 #: labels of each class a fold must hold (so every fit has both classes to learn and to choose its
 #: epoch on, and every fold's Platt scaling both classes to fit)
 MIN_PER_FOLD = 10
-#: the score kind an adapted model is calibrated with
-SCORE_KIND = "p_positive"
+#: the defaults of :class:`AdaptSettings` that params.yaml sets: its ``adapt:`` (the settings' only defaults)
+ADAPT = AdaptSection()
 
 
 @dataclass(frozen=True)
 class AdaptSettings:
     """How a lineage's model is adapted (params.yaml ``adapt:``)."""
 
-    folds: int = 5
-    epochs: int = 2
+    folds: int = ADAPT.folds
+    epochs: int = ADAPT.epochs
     #: today's MiniLM LoRA classifier that every fit continues from
-    start: str = "minilm-lora"
+    start: str = ADAPT.start
     #: where adapted models are saved (relative to the project root, or absolute)
-    root: str = "models/classifier"
+    root: str = ADAPT.root
     lr: float = DEFAULTS["minilm"]["lr"]
     head_lr: float = DEFAULTS["minilm"]["head_lr"]
     batch_size: int = DEFAULTS["minilm"]["batch_size"]
     val_share: float = 0.1
     n_boot: int = promotion.N_BOOT
-    level: float = promotion.LEVEL
+    level: float = ADAPT.level
     #: the flow adapts a lineage again once it has grown by this many labels
-    every_n_labels: int = 100
+    every_n_labels: int = ADAPT.every_n_labels
+
+    @classmethod
+    def of(cls, section: AdaptSection, **overrides: Any) -> AdaptSettings:
+        """The ``adapt:`` section (the training options it leaves out: the trainer's defaults),
+        then the options given (None: not given)."""
+        given = section.model_dump(exclude_none=True)
+        return replace(cls(**given), **{k: v for k, v in overrides.items() if v is not None})
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> AdaptSettings:
-        """params.yaml's ``adapt:`` section, then the options given (None: not given)."""
-        names = {f.name for f in fields(cls)}
-        known = {k: v for k, v in dict(params.get("adapt") or {}).items() if k in names}
-        return replace(cls(**known), **{k: v for k, v in overrides.items() if v is not None})
+        """:meth:`of` a params mapping's ``adapt:`` section (as the flows hold params)."""
+        return cls.of(parse_section(AdaptSection, params.get("adapt") or {}, "adapt"), **overrides)
 
     @property
     def artefact_root(self) -> Path:
-        path = Path(self.root)
-        return path if path.is_absolute() else ROOT / path
+        return artefact_root(self.root)
 
     @property
     def fine_tuning(self) -> FineTuning:
@@ -166,44 +170,6 @@ def lineage_labels(engine: Engine, lineage: str) -> Labelled:
 def model_name(lineage: str) -> str:
     """The artefact name of a lineage's adapted models (the lineage's name, made a folder name)."""
     return "adapted-" + re.sub(r"[^A-Za-z0-9._-]+", "-", lineage).strip("-.")
-
-
-def champion_params(params: Mapping[str, Any], row: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``params`` with a ``models:`` entry for a registry version whose artefact lives under its own
-    root, so that the registry (:func:`~checkworthy.scorers.registry.configured_scorer`) and the
-    server's scorer lookup find it."""
-    out = dict(params)
-    root = (row or {}).get("artefact", {}).get("root")
-    if root:
-        folder = str(AdaptSettings(root=root).artefact_root)  # relative roots are the project's
-        out["models"] = [*(params.get("models") or []), {"spec": row["spec"], "root": folder}]
-    return out
-
-
-def champion_model(params: Mapping[str, Any], row: Mapping[str, Any] | None) -> tuple[str, str]:
-    """The model spec and score kind a lineage uses: its own champion's, else params.yaml ``predict:``."""
-    if not adapted_champion(row):
-        rec = Recommended.from_params(params)
-        return rec.model, rec.score_kind
-    assert row is not None
-    return row["spec"], row["artefact"].get("score_kind", SCORE_KIND)
-
-
-def adapted_champion(row: Mapping[str, Any] | None) -> bool:
-    """Whether a lineage's champion is a model of its own (not params.yaml's recommended model,
-    which stays whatever params.yaml recommends now)."""
-    return row is not None and not row["artefact"].get("recommended")
-
-
-def with_champion(engine: Engine, params: Mapping[str, Any], rec: Recommended, lineage: str
-                  ) -> tuple[dict[str, Any], Recommended]:
-    """``params`` and ``rec`` with the lineage's champion as the model (unchanged without one)."""
-    with engine.connect() as conn:
-        row = registry.champion(conn, lineage)
-    if not adapted_champion(row):
-        return dict(params), rec
-    spec, kind = champion_model(params, row)
-    return champion_params(params, row), replace(rec, model=spec, score_kind=kind)
 
 
 def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[str], None]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
-from checkworthy.config import DATA_DIR, VAR_DIR, labelled_sizes, load_params
+from checkworthy.config import DATA_DIR, VAR_DIR
 from checkworthy.data.datasets import CLAIMBUSTER, CLEF, load_clef, load_dataset
 from checkworthy.data.outputs import atomic_text
 from checkworthy.data.records import Claim
@@ -37,11 +37,12 @@ from checkworthy.method.drift import drift_status
 from checkworthy.method.prevalence import stored_share
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import realised
-from checkworthy.runs.own_scores import Row
+from checkworthy.runs.own_scores import Row, UserFile
 from checkworthy.runs.predict import Recommended, check_score_kind, predict_files, read_files
 from checkworthy.runs.train_classifier import DEV_FILE, DEV_SHA256
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, configured_scorer
+from checkworthy.settings import Settings, load_settings
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
 from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord
@@ -192,29 +193,29 @@ def evaluate_held_out(
     engine: Engine,
     predictors: Sequence[tuple[str, str]] = DEFAULT_PREDICTORS,
     *,
-    params: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
     limit: int | None = None,
     work_dir: Path | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> tuple[list[Measured], dict[str, dict[str, float]], list[Event]]:
     """Measure every predictor and method on every event; also each predictor's raw-score ROC AUC
     on each L (``{predictor: {dataset: auc}}``), the figure predictors are chosen by."""
-    params = load_params() if params is None else params
-    seed = params["seed"]
-    n_per_class = labelled_sizes(dict(params))
-    labelled, events = held_out_events(seed, n_per_class, limit)
+    settings = load_settings() if settings is None else settings
+    labelled, events = held_out_events(settings.seed, settings.labelled_sizes(), limit)
     work = work_dir or VAR_DIR / "held-out" / (f"limit-{limit}" if limit else "full")
-    l_files = {ds: write_claims(work / f"{ds}-labelled.csv", claims) for ds, claims in labelled.items()}
-    u_files = {e.name: write_claims(work / f"{e.name.replace(' ', '_')}.csv", e.claims) for e in events}
+    l_files = {ds: UserFile.of(write_claims(work / f"{ds}-labelled.csv", claims))
+               for ds, claims in labelled.items()}
+    u_files = {e.name: UserFile.of(write_claims(work / f"{e.name.replace(' ', '_')}.csv", e.claims))
+               for e in events}
     (work / "out").mkdir(exist_ok=True)
     out: list[Measured] = []
     chosen_by: dict[str, dict[str, float]] = {}
     for spec, kind in predictors:
         label = f"{spec} {kind}"
-        base, scored_by = _predictor(params, spec, kind, events)
+        base, scored_by = _predictor(settings, spec, kind, events)
         for event in events:
             files = (l_files[event.dataset], u_files[event.name])
-            lab, unl = read_files(*files, base.k)
+            lab, unl = read_files(files[0].path, files[1].path, base.k)
             y = np.array([r.label for r in unl])
             for name, rec in methods(base).items():
                 target = work / "out" / f"{label}-{event.name}-{name}".replace(" ", "_").replace(":", "_")
@@ -225,14 +226,14 @@ def evaluate_held_out(
     return out, chosen_by, events
 
 
-def _predictor(params: Mapping[str, Any], spec: str, kind: str, events: Sequence[Event]
+def _predictor(settings: Settings, spec: str, kind: str, events: Sequence[Event]
                ) -> tuple[Recommended, tuple[Scorer, PromptInfo]]:
     """The predictor's recommended calibration and its scorer; refused when it was trained on an
     event (its ``excluded`` groups miss the event's)."""
     # a language model computes only the score kind measured (its fastest mode)
     mode = {"mode": kind} if spec.partition(":")[0] in LANGUAGE_MODELS else {}
-    scorer, prompt = configured_scorer(params, spec, **mode)
-    base = Recommended.from_params(params, model=spec, score_kind=kind)
+    scorer, prompt = configured_scorer(settings.params, spec, **mode)
+    base = Recommended.of(settings.predict, model=spec, score_kind=kind)
     check_score_kind(base, scorer)
     excluded = scorer.params().get("excluded")
     seen = [e.name for e in events if excluded is not None and e.group not in excluded]

@@ -19,12 +19,12 @@ from checkworthy.config import model_name
 from checkworthy.data.datasets import load_dataset
 from checkworthy.data.records import Claim, LoadReport
 from checkworthy.data.splits import build_splits
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.label_updates import store_file_claims
 from checkworthy.runs.scoring import rate_progress, score_missing_alongside
 from checkworthy.scorers.base import Scorer
 from checkworthy.scorers.registry import PromptInfo, configured_scorer, model_entry
 from checkworthy.store import rows as store
-from checkworthy.store.embeddings import ensure_embeddings
 
 Echo = Callable[[str], None]
 

@@ -26,10 +26,10 @@ from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError, OutputUnwritable
 from checkworthy.method import metrics
 from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
-from checkworthy.store.embeddings import ensure_embeddings
 from checkworthy.store.languages import claim_languages, ensure_languages
 from checkworthy.store.lineages import ensure_head, register_target
 from checkworthy.store.review_queue import entries_of_run
@@ -142,7 +142,7 @@ def calibrate_files(engine: Engine, labelled: Path, unlabelled: Path, out: Path,
     calibrate U against L in SQL by ``methods`` (their defaults: the paper's NN-PPI) and write
     ``out``."""
     lab, unl = read_scored_files(labelled, unlabelled, methods.k)
-    files = store_files(engine, labelled, lab, unlabelled, unl, lineage)
+    files = store_files(engine, UserFile.of(labelled), lab, UserFile.of(unlabelled), unl, lineage)
     with engine.begin() as conn:
         model_id = store.ensure_model(conn, model, "file")
         store.insert_predictions(
@@ -170,34 +170,58 @@ class StoredFiles:
     u_ids: list[int]
     label_set_id: int
     target: str
+    #: the sha256 of each text of L then U, in file order (the store's key of a text)
+    text_hashes: list[str]
+
+
+@dataclass(frozen=True)
+class UserFile:
+    """A user's input file and its content's sha256, read once: the digest names the dataset its
+    claims are stored as, L's lineage and the run's inputs, so each is computed from one read."""
+
+    path: Path
+    sha256: str
+
+    @classmethod
+    def of(cls, path: Path) -> UserFile:
+        return cls(path, sha256_file(path))
+
+    @property
+    def dataset(self) -> str:
+        """The dataset the file is stored as: named by its hash, so the same file is the same dataset."""
+        return f"upload:{self.sha256[:16]}"
+
+    @property
+    def lineage(self) -> str:
+        """The lineage (label-set name) of a labelled file: ``predict``, ``calibrate`` and ``adapt``
+        of the same file share it, and so its models."""
+        return f"{self.dataset}:labeled"
 
 
 def upload_dataset(path: Path) -> str:
-    """The dataset a user's file is stored as: named by the file's hash, so the same file is the
-    same dataset."""
-    return f"upload:{sha256_file(path)[:16]}"
+    """The dataset a user's file is stored as (:attr:`UserFile.dataset`)."""
+    return UserFile.of(path).dataset
 
 
 def labelled_lineage(labelled: Path) -> str:
-    """The lineage (label-set name) of a labelled file: ``predict``, ``calibrate`` and ``adapt``
-    of the same file share it, and so its models."""
-    return f"{upload_dataset(labelled)}:labeled"
+    """The lineage of a labelled file (:attr:`UserFile.lineage`)."""
+    return UserFile.of(labelled).lineage
 
 
-def store_labelled(conn: Connection, labelled: Path, lab: list[Row], lineage: str | None = None) -> int:
+def store_labelled(conn: Connection, labelled: Path | UserFile, lab: list[Row],
+                   lineage: str | None = None) -> int:
     """Store a labelled file's claims and labels, freeze them as a label set of ``lineage``
-    (default: the file's own, :func:`labelled_lineage`) and version the lineage with it
+    (default: the file's own, :attr:`UserFile.lineage`) and version the lineage with it
     (:func:`checkworthy.store.lineages.ensure_head`); return the label set in force."""
-    dataset = upload_dataset(labelled)  # the file's hash: once, not once a row
+    file = labelled if isinstance(labelled, UserFile) else UserFile.of(labelled)
     l_ids = store.store_claims_with_labels(
-        conn, [store.NewClaim(dataset, "labeled", r.id, r.text, r.label) for r in lab],
-        f"file:{labelled}")
-    name = lineage or labelled_lineage(labelled)
-    return ensure_head(conn, store.create_label_set(conn, name, l_ids))
+        conn, [store.NewClaim(file.dataset, "labeled", r.id, r.text, r.label) for r in lab],
+        f"file:{file.path}")
+    return ensure_head(conn, store.create_label_set(conn, lineage or file.lineage, l_ids))
 
 
 def store_files(
-    engine: Engine, labelled: Path, lab: list[Row], unlabelled: Path, unl: list[Row],
+    engine: Engine, labelled: UserFile, lab: list[Row], unlabelled: UserFile, unl: list[Row],
     lineage: str | None = None,
 ) -> StoredFiles:
     """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
@@ -205,19 +229,19 @@ def store_files(
     register U as a target of the lineage whose labels join it (the team's own batch), in one
     transaction. A named lineage's target names it too: a run is keyed by its labels' content, not
     their lineage, so the run of the same files under another lineage is not reused for it."""
-    params = {"labeled_sha256": sha256_file(labelled), "unlabeled_sha256": sha256_file(unlabelled)}
-    ds_u = upload_dataset(unlabelled)
+    params = {"labeled_sha256": labelled.sha256, "unlabeled_sha256": unlabelled.sha256}
+    ds_u = unlabelled.dataset
     with engine.begin() as conn:
         ls = store_labelled(conn, labelled, lab, lineage)
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
-            f"file:{unlabelled}")
+            f"file:{unlabelled.path}")
         hashes = [store.sha256_text(r.text) for r in lab + unl]
         ensure_embeddings(conn, hashes)
         ensure_languages(conn, hashes)
         target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
-        register_target(conn, target, lineage or labelled_lineage(labelled), u_ids, held_out=False)
-    return StoredFiles(lab, unl, params, u_ids, ls, target)
+        register_target(conn, target, lineage or labelled.lineage, u_ids, held_out=False)
+    return StoredFiles(lab, unl, params, u_ids, ls, target, hashes)
 
 
 def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, methods: RunMethods,

@@ -4,7 +4,8 @@ L has ``id,text,label``, U ``id,text[,label]``. Both are validated like ``calibr
 (same reader, same one-line errors) before anything is stored; the recommended model then scores
 every text that has no stored score yet, and U is calibrated against L with the recommended
 correction and interval, through the same store, lineage and run as ``calibrate``. What is
-recommended lives in params.yaml (``predict:``) and docs/method.md.
+recommended lives in params.yaml (``predict:``, :class:`checkworthy.settings.PredictSettings`) and
+docs/method.md; a lineage whose own model was promoted (``checkworthy adapt``) uses its champion.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from checkworthy.config import EF_SEARCH
+from checkworthy.config import ROOT
+from checkworthy.errors import UsageError
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
     Row,
+    UserFile,
     calibrate_stored,
     check_distinct_ids,
     check_k,
@@ -28,28 +31,37 @@ from checkworthy.runs.own_scores import (
 )
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
-from checkworthy.scorers.registry import PromptInfo
-from checkworthy.store import rows as store
+from checkworthy.scorers.registry import PromptInfo, configured_scorer
+from checkworthy.settings import PredictSettings, Settings, parse_section
+from checkworthy.store import model_registry as registry
+from checkworthy.store.engine import get_engine
+from checkworthy.store.lineages import lineage_datasets
 from checkworthy.store.run_spec import RunMethods
+
+#: the defaults of :class:`Recommended`: params.yaml's ``predict:`` (the settings' only defaults)
+PREDICT = PredictSettings()
+#: the score kind an adapted model is calibrated with
+SCORE_KIND = "p_positive"
 
 
 @dataclass(frozen=True)
 class Recommended:
-    """The recommended model, score kind and calibration (params.yaml ``predict:``)."""
+    """The recommended model, score kind and calibration: params.yaml's ``predict:`` with the
+    options given on the command line (checked when :attr:`methods` is read)."""
 
-    model: str = "embedded:gemma3-270m"
-    score_kind: str = "token_prob"
-    correction: str = "auto"
-    interval: str = "mondrian"
-    k: int = 10
-    alpha: float = 0.05
-    threshold: float = 0.5
-    prior: str = "labelled"
-    review_risk: str = "error"
-    max_risk: float = 0.1
-    delta: float = 0.1
-    knn: str = "exact"
-    ef_search: int = EF_SEARCH
+    model: str = PREDICT.model
+    score_kind: str = PREDICT.score_kind
+    correction: str = PREDICT.correction
+    interval: str = PREDICT.interval
+    k: int = PREDICT.k
+    alpha: float = PREDICT.alpha
+    threshold: float = PREDICT.threshold
+    prior: str = PREDICT.prior
+    review_risk: str = PREDICT.review_risk
+    max_risk: float = PREDICT.max_risk
+    delta: float = PREDICT.delta
+    knn: str = PREDICT.knn
+    ef_search: int = PREDICT.ef_search
 
     @property
     def methods(self) -> RunMethods:
@@ -59,10 +71,14 @@ class Recommended:
                           delta=self.delta, knn=self.knn, ef_search=self.ef_search)
 
     @classmethod
+    def of(cls, section: PredictSettings, **overrides: Any) -> Recommended:
+        """The ``predict:`` section, then the options given (None: not given)."""
+        return replace(cls(**section.model_dump()), **{k: v for k, v in overrides.items() if v is not None})
+
+    @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
-        """params.yaml's ``predict:`` section, then the options given (None: not given)."""
-        known = {k: v for k, v in dict(params.get("predict") or {}).items() if k in cls.__dataclass_fields__}
-        return replace(cls(**known), **{k: v for k, v in overrides.items() if v is not None})
+        """:meth:`of` a params mapping's ``predict:`` section (as the flows hold params)."""
+        return cls.of(parse_section(PredictSettings, params.get("predict") or {}, "predict"), **overrides)
 
 
 def read_files(labelled: Path, unlabelled: Path, k: int) -> tuple[list[Row], list[Row]]:
@@ -81,15 +97,112 @@ def check_score_kind(rec: Recommended, scorer: Scorer) -> None:
 
 
 def predict_files(
-    engine: Engine, paths: tuple[Path, Path], rows: tuple[list[Row], list[Row]], out: Path,
+    engine: Engine, files: tuple[UserFile, UserFile], rows: tuple[list[Row], list[Row]], out: Path,
     rec: Recommended, scored_by: tuple[Scorer, PromptInfo], lineage: str | None = None,
 ) -> CalibrateOutcome:
-    """Store L and U (``paths``, and their ``rows`` from :func:`read_files`), score their texts
-    with ``scored_by``'s scorer (checked by :func:`check_score_kind`), calibrate U against L (of
-    ``lineage``, default L's own), write ``out``."""
-    (labelled, unlabelled), (lab, unl) = paths, rows
+    """Store L and U (``files``, each hashed once, and their ``rows`` from :func:`read_files`),
+    score their texts with ``scored_by``'s scorer (checked by :func:`check_score_kind`), calibrate
+    U against L (of ``lineage``, default L's own), write ``out``."""
+    (labelled, unlabelled), (lab, unl) = files, rows
     scorer, prompt = scored_by
-    files = store_files(engine, labelled, lab, unlabelled, unl, lineage)
-    hashes = [store.sha256_text(r.text) for r in lab + unl]
-    _, _, keys = score_missing(engine, scorer, hashes, prompt)
-    return calibrate_stored(engine, files, keys[rec.score_kind], rec.methods, out)
+    stored = store_files(engine, labelled, lab, unlabelled, unl, lineage)
+    _, _, keys = score_missing(engine, scorer, stored.text_hashes, prompt)
+    return calibrate_stored(engine, stored, keys[rec.score_kind], rec.methods, out)
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """What ``checkworthy predict`` was asked: the two files, the output, the lineage's name
+    (None: L's own), and whether a model was named (else the lineage's champion, if it has one)."""
+
+    labelled: Path
+    unlabelled: Path
+    out: Path
+    lineage: str | None = None
+    model_given: bool = False
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What ``predict`` produced, and the recommendation it used (the champion's model, if so)."""
+
+    outcome: CalibrateOutcome
+    rec: Recommended
+
+
+def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Predicted:
+    """``checkworthy predict`` after its options: validate both files, refuse a ``--name`` of other
+    labels, take the lineage's champion unless a model was named, build and check the scorer (a
+    :class:`UsageError` naming ``--model``), then :func:`predict_files`. Each file is hashed once,
+    and nothing is stored before every check has passed."""
+    lab, unl = read_files(request.labelled, request.unlabelled, rec.k)
+    files = UserFile.of(request.labelled), UserFile.of(request.unlabelled)
+    engine = get_engine()
+    check_lineage_name(engine, request.lineage, files[0])
+    params = settings.params
+    if not request.model_given:
+        params, rec = with_champion(engine, params, rec, request.lineage or files[0].lineage)
+    try:
+        scorer, prompt = configured_scorer(params, rec.model)
+        check_score_kind(rec, scorer)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"--model {rec.model}: {exc}") from None
+    outcome = predict_files(engine, files, (lab, unl), request.out, rec, (scorer, prompt),
+                            lineage=request.lineage)
+    return Predicted(outcome, rec)
+
+
+def check_lineage_name(engine: Engine, name: str | None, labelled: UserFile) -> None:
+    """Refuse (before anything is stored) a ``--name`` that already names a lineage of other
+    claims than ``labelled``'s: a lineage's runs, champion and served answers are of one file's labels."""
+    if name is None:
+        return
+    with engine.connect() as conn:
+        others = [d for d in lineage_datasets(conn, name) if d != labelled.dataset]
+    if others:
+        raise UsageError(f"--name {name}: already the lineage of other labels (dataset {others[0]}, not "
+                         f"{labelled.path}); choose another name")
+
+
+def artefact_root(root: str) -> Path:
+    """A models root as params.yaml gives it: relative to the project root, or absolute."""
+    path = Path(root)
+    return path if path.is_absolute() else ROOT / path
+
+
+def champion_params(params: Mapping[str, Any], row: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``params`` with a ``models:`` entry for a registry version whose artefact lives under its own
+    root, so that the registry (:func:`~checkworthy.scorers.registry.configured_scorer`) and the
+    server's scorer lookup find it."""
+    out = dict(params)
+    root = (row or {}).get("artefact", {}).get("root")
+    if row is not None and root:
+        entry = {"spec": row["spec"], "root": str(artefact_root(root))}
+        out["models"] = [*(params.get("models") or []), entry]
+    return out
+
+
+def champion_model(params: Mapping[str, Any], row: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The model spec and score kind a lineage uses: its own champion's, else params.yaml ``predict:``."""
+    if not adapted_champion(row):
+        rec = Recommended.from_params(params)
+        return rec.model, rec.score_kind
+    assert row is not None
+    return row["spec"], row["artefact"].get("score_kind", SCORE_KIND)
+
+
+def adapted_champion(row: Mapping[str, Any] | None) -> bool:
+    """Whether a lineage's champion is a model of its own (not params.yaml's recommended model,
+    which stays whatever params.yaml recommends now)."""
+    return row is not None and not row["artefact"].get("recommended")
+
+
+def with_champion(engine: Engine, params: Mapping[str, Any], rec: Recommended, lineage: str
+                  ) -> tuple[dict[str, Any], Recommended]:
+    """``params`` and ``rec`` with the lineage's champion as the model (unchanged without one)."""
+    with engine.connect() as conn:
+        row = registry.champion(conn, lineage)
+    if not adapted_champion(row):
+        return dict(params), rec
+    spec, kind = champion_model(params, row)
+    return champion_params(params, row), replace(rec, model=spec, score_kind=kind)

@@ -52,6 +52,7 @@ from checkworthy.runs.calibration import (
     store_rows,
 )
 from checkworthy.runs.calibration_run import ensure_run_languages
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
@@ -64,7 +65,7 @@ from checkworthy.store.calibration_runs import (
     share_run_key,
     unshare_run_key,
 )
-from checkworthy.store.embeddings import claim_embeddings, ensure_embeddings
+from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.knn import Neighbours
 from checkworthy.store.languages import claim_languages, ensure_languages, label_set_languages
 from checkworthy.store.run_spec import RunContext, RunRecord, run_key

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from checkworthy.config import DATA_DIR, EMBED_DIM, EMBED_MODEL, VAR_DIR, labelled_sizes, load_params
+from checkworthy.config import DATA_DIR, EMBED_DIM, EMBED_MODEL, VAR_DIR
 from checkworthy.data.datasets import CLAIMBUSTER, CLEF, load_clef, load_dataset
 from checkworthy.data.outputs import atomic_bytes, atomic_folder, replace_text
 from checkworthy.data.records import Claim
@@ -45,6 +45,7 @@ from checkworthy.scorers.classifier import (
     paper_c,
 )
 from checkworthy.scorers.sentence_encoder import Embedder, embed
+from checkworthy.settings import load_settings
 
 TEST_SPLITS = ("claimbuster:2016", "clef2024:dev", "clef2024:dev-test")
 DEFAULT_EXCLUDE = (*TEST_SPLITS, "claimbuster:calibration", "clef2024:calibration")
@@ -168,9 +169,9 @@ def leakage_free_set(
 ) -> tuple[TrainingSet, Mapping[str, Sequence[Claim]], int, Mapping[str, int | None]]:
     """The training set every trainer starts from, with the groups, seed and calibration sizes it
     was drawn with (seed and sizes default to params.yaml, groups to :func:`load_groups`)."""
-    params = load_params()
-    seed = params["seed"] if data.seed is None else data.seed
-    n_per_class = labelled_sizes(params) if data.n_per_class is None else data.n_per_class
+    settings = load_settings()
+    seed = settings.seed if data.seed is None else data.seed
+    n_per_class = settings.labelled_sizes() if data.n_per_class is None else data.n_per_class
     groups = load_groups(seed, n_per_class) if data.groups is None else data.groups
     ts = build_training_set(groups, data.exclude, data.sources)
     if len(set(ts.labels)) < 2:

@@ -1,8 +1,7 @@
 """Stored sentence embeddings (pgvector): which texts lack a vector, storing and reading vectors.
 
-Each distinct text is embedded once: :func:`ensure_embeddings` encodes (with
-:func:`checkworthy.scorers.sentence_encoder.embed`, whose model loads on first use) only the
-texts that have no stored vector for this model. kNN itself runs in SQL (:mod:`checkworthy.store.knn`).
+The vectors are computed above the store (:func:`checkworthy.runs.embedding.ensure_embeddings`
+embeds the texts :func:`missing_texts` names); kNN itself runs in SQL (:mod:`checkworthy.store.knn`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import Connection, Row, bindparam, text
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL
-from checkworthy.scorers.sentence_encoder import Embedder, embed
 
 
 def missing_texts(
@@ -43,17 +41,6 @@ def store_embeddings(
         "ON CONFLICT DO NOTHING"
     ).bindparams(bindparam("v", type_=Vector(EMBED_DIM)))
     conn.execute(insert, [{"h": h, "m": model, "v": v} for h, v in zip(text_hashes, vectors)])
-
-
-def ensure_embeddings(
-    conn: Connection, text_hashes: Sequence[str], batch_size: int = 256, embedder: Embedder = embed
-) -> int:
-    """Embed and store every text in ``text_hashes`` that has no vector yet; return how many."""
-    missing = missing_texts(conn, text_hashes)
-    for start in range(0, len(missing), batch_size):
-        chunk = missing[start : start + batch_size]
-        store_embeddings(conn, [row.text_hash for row in chunk], embedder([row.text for row in chunk]))
-    return len(missing)
 
 
 def load_embeddings(conn: Connection, text_hashes: Sequence[str]) -> dict[str, NDArray[np.float32]]:

@@ -164,7 +164,7 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 60
 FIRST_CALIBRATIONS = """
 from checkworthy.flows.pipeline import pipeline_flow
 out = pipeline_flow(commit_data=False)  # the project of CHECKWORTHY_ROOT, the params of CHECKWORTHY_PARAMS
-print("runs", sorted(out["run_ids"]))
+print("runs", sorted(out.run_ids))
 """
 
 

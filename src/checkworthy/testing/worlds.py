@@ -16,12 +16,13 @@ from checkworthy.data.text import normalise_text
 from checkworthy.method.corrections import LabelledSet
 from checkworthy.runs.calibration_run import compute
 from checkworthy.runs.comparisons import CompareInputs
+from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
-from checkworthy.store.embeddings import ensure_embeddings, store_embeddings
+from checkworthy.store.embeddings import store_embeddings
 from checkworthy.store.run_spec import RunMethods, RunSpec
 from checkworthy.testing.claims import clef, clef_claims
 
