@@ -4,14 +4,13 @@ line builds it and hands it to the API and the Label Studio backend."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.flows.events import emit_drift
 from checkworthy.flows.pipeline import label_update_flow
+from checkworthy.method.drift import Drift
 
 
 @dataclass(frozen=True)
@@ -23,9 +22,9 @@ class FlowEvents:
     params_path: Path = PARAMS_FILE
     db_url: str | None = None
 
-    def drift_detected(self, run_id: int, target: str, drift: Mapping[str, Any], message: str) -> str | None:
+    def drift_detected(self, run_id: int, target: str, drift: Drift, message: str) -> str | None:
         """The drift event of the run (:func:`checkworthy.flows.events.emit_drift`)."""
-        return emit_drift(run_id, target, dict(drift), message)
+        return emit_drift(run_id, target, drift, message)
 
     def labels_annotated(self, path: Path) -> list[str]:
         """The label-update flow on one checked file, recalibrating at once; a line per update

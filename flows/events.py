@@ -10,11 +10,11 @@ notify the team or route the claims to review).
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
+from checkworthy.method.drift import Drift
 from checkworthy.store.provenance import Change
 
 LABELS_UPDATED = "checkworthy.labels.updated"
@@ -41,14 +41,14 @@ def emit(change: Change) -> str | None:
     return None if ev is None else str(ev.id)
 
 
-def emit_drift(run_id: int, target: str, drift: dict[str, Any], message: str) -> str | None:
+def emit_drift(run_id: int, target: str, drift: Drift, message: str) -> str | None:
     """Emit the drift event of a run, its figure and ``message`` (the line a person reads: share
     beyond, what was done, what to do) in the payload; one id per run, so a repeat is the same
     event. None when Prefect is not emitting events."""
     ev = emit_event(
         event=DRIFT_DETECTED,
         resource={"prefect.resource.id": f"checkworthy.target.{target}", "checkworthy.run-id": str(run_id)},
-        payload={"run_id": run_id, "target": target, "message": message} | drift,
+        payload={"run_id": run_id, "target": target, "message": message} | drift.as_dict(),
         id=uuid.uuid5(uuid.NAMESPACE_URL, f"checkworthy:drift:run:{run_id}"),
     )
     return None if ev is None else str(ev.id)

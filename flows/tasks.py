@@ -192,9 +192,9 @@ def announce_drift(ctx: FlowContext, run_ids: list[int]) -> None:
     with engine_for(ctx).connect() as conn:
         runs = [load_run(conn, r) for r in run_ids]
     for r in runs:
-        drift = RunRecord.of(r).drift or {}
+        drift = RunRecord.of(r).drift
         line = drift_line(drift, f"run {r['id']} ({r['target']})")
-        if line:
+        if line and drift is not None:
             get_run_logger().warning(line)
             events.emit_drift(r["id"], r["target"], drift, line)
             publish_drift(r["id"], line)

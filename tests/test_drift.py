@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -31,6 +33,7 @@ from checkworthy.method.drift import (
     DRIFTING,
     FAR,
     QUANTILE,
+    Drift,
     check_drift,
     drift_status,
     fit_radius,
@@ -47,7 +50,7 @@ from checkworthy.store import lineages
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.embeddings import claim_embeddings
-from checkworthy.store.run_spec import RunMethods, RunSpec
+from checkworthy.store.run_spec import RunMethods, RunRecord, RunSpec
 from checkworthy.testing.claims import COOKING, write_csv
 from checkworthy.testing.datasets import raw_path
 from checkworthy.testing.events import event_stored
@@ -98,15 +101,31 @@ def test_a_tiny_labelled_set_has_no_radius():
         fit_radius([0.1], 1.0)
 
 
+def test_the_figure_is_stored_as_it_always_was():
+    """A figure's JSON (a run's ``params->'drift'``, an API answer, the drift event) keeps its keys
+    and their order, ``languages`` only when there are any; read back it is the same figure, and a
+    run record holding one writes its params back unchanged."""
+    figure = check_drift([0.1, 0.5, 0.9], 0.3)
+    stored = figure.as_dict()
+    assert list(stored) == ["quantile", "radius", "n", "n_beyond", "share", "expected", "tolerance", "p_value",
+                            "alert"]
+    assert Drift.from_dict(stored) == figure
+    params = {"correction": "paper", "drift": stored | {"languages": {"ar": 2, "tr": 1}}, "k_used": 5}
+    record = RunRecord.from_json(params)
+    assert record.drift is not None and record.drift.languages == (("ar", 2), ("tr", 1))
+    assert record.drift.n_new_language == 3
+    assert json.dumps(record.to_json()) == json.dumps(params)
+
+
 def test_drift_acts_only_when_the_batch_alerts():
     """Drift counts only in a batch that alerts; there the claims beyond the radius go to a person
     whatever their theta, and every claim of a batch mostly beyond, each with its reason; the
     batch's share is withdrawn."""
     nearest = [0.1, 0.5, 0.9]
-    another = {"alert": True, "radius": 0.3, "share": 0.6}
+    another = Drift(QUANTILE, 0.3, 10, 6, 0.6, 0.05, 0.15, 1e-4, True)
     assert drift_status(nearest, another).tolist() == [DRIFTING, FAR, FAR]
-    assert drift_status(nearest, another | {"share": 0.4}).tolist() == [CALM, FAR, FAR]
-    for calm in (None, another | {"alert": False}):
+    assert drift_status(nearest, replace(another, share=0.4)).tolist() == [CALM, FAR, FAR]
+    for calm in (None, replace(another, alert=False)):
         assert drift_status(nearest, calm).tolist() == [CALM] * 3
     rule = ReviewRule("error", 0.1, 0.1, 0.5, 0.2, 200, 120, 0.05, 0.01)
     theta = [0.95, 0.55, 0.02]

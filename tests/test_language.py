@@ -174,6 +174,7 @@ def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():
     from checkworthy.method.drift import (
         CALM,
         NEW_LANGUAGE,
+        Drift,
         drift,
         drift_status,
         unlike_labelled,
@@ -182,8 +183,11 @@ def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():
     from checkworthy.report.drift import drift_line
 
     langs = ["en", "ar", "und", None, "ar", "tr"]
-    figure = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(6, 0.2)).as_dict(), langs, {"en"})
-    assert not figure["alert"] and figure["languages"] == {"ar": 2, "tr": 1}
+    figure = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(6, 0.2)), langs, {"en"})
+    assert not figure.alert and figure.languages == (("ar", 2), ("tr", 1))
+    stored = figure.as_dict()  # as a run's params->'drift' holds it: the languages last, most first
+    assert list(stored)[-1] == "languages" and stored["languages"] == {"ar": 2, "tr": 1}
+    assert Drift.from_dict(stored) == figure
     status = drift_status(np.full(6, 0.2), figure, langs)
     assert status.tolist() == [CALM, NEW_LANGUAGE, CALM, CALM, NEW_LANGUAGE, NEW_LANGUAGE]
     assert drift_status(np.full(6, 0.2), figure).tolist() == [CALM] * 6  # no languages given
@@ -191,5 +195,6 @@ def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():
     assert drift_line(figure) == ("drift: 2 claims in ar, 1 in tr, languages the labelled set has none of: "
                                   "a person decides them; label some of them so that the labelled set "
                                   "covers the language")
-    english = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(3, 0.2)).as_dict(), ["en"] * 3, {"en"})
-    assert "languages" not in english and drift_line(english) is None and not unlike_labelled(english)
+    english = with_languages(drift(np.linspace(0.1, 0.5, 40), np.full(3, 0.2)), ["en"] * 3, {"en"})
+    assert english.languages is None and "languages" not in english.as_dict()
+    assert drift_line(english) is None and not unlike_labelled(english)

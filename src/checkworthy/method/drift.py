@@ -35,7 +35,7 @@ each); a batch that is only easier (closer to L) is never flagged. Pure: arrays 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,8 @@ QUANTILE, TOLERANCE, ALPHA = 0.95, 0.15, 0.01
 @dataclass(frozen=True)
 class Drift:
     """A batch against L: the radius, how many claims lie beyond it, their share against the
-    expected ``1 - quantile`` and the tolerated one, the p-value and whether it is an alert."""
+    expected ``1 - quantile`` and the tolerated one, the p-value and whether it is an alert; and,
+    when any of its claims is in a language none of L's claims is in, how many in each."""
 
     quantile: float
     radius: float | None
@@ -61,9 +62,27 @@ class Drift:
     tolerance: float
     p_value: float
     alert: bool
+    #: the claims in each language L has none of (:func:`new_languages`: code and count, most
+    #: first); None: none (or the batch's languages were not read)
+    languages: tuple[tuple[str, int], ...] | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """The figure as a run's ``params->'drift'``, an API answer and the drift event hold it:
+        every field in order, ``languages`` (code: count) only when there are any."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "languages"}
+        return out if self.languages is None else out | {"languages": dict(self.languages)}
+
+    @classmethod
+    def from_dict(cls, figure: Mapping[str, Any]) -> Drift:
+        """The figure :meth:`as_dict` wrote (a stored run's, as it was stored)."""
+        new = figure.get("languages")
+        return cls(**{f.name: figure[f.name] for f in fields(cls) if f.name != "languages"},
+                   languages=None if new is None else tuple(new.items()))
+
+    @property
+    def n_new_language(self) -> int:
+        """How many of the batch's claims are in languages L has none of."""
+        return sum(n for _, n in self.languages or ())
 
 
 def fit_radius(loo_nearest: ArrayLike, quantile: float = QUANTILE) -> float | None:
@@ -103,28 +122,26 @@ CALM, DRIFTING, FAR, NEW_LANGUAGE = 0, 1, 2, 3
 ANOTHER_KIND = 0.5
 
 
-def another_kind(figure: Mapping[str, Any] | None) -> bool:
+def another_kind(figure: Drift | None) -> bool:
     """Whether a batch's drift figure says it is of another kind: it alerts, and more than
     :data:`ANOTHER_KIND` of it lies beyond the radius."""
-    return bool(figure and figure.get("alert") and figure["share"] > ANOTHER_KIND)
+    return figure is not None and figure.alert and figure.share > ANOTHER_KIND
 
 
-def drift_status(nearest: ArrayLike, figure: Mapping[str, Any] | None,
+def drift_status(nearest: ArrayLike, figure: Drift | None,
                  languages: Sequence[str | None] | None = None) -> NDArray[np.int8]:
     """Each claim's :data:`CALM`, :data:`DRIFTING` or :data:`FAR`, from its distance to its nearest
-    labelled claim (``nearest``) and its batch's figure (:meth:`Drift.as_dict`, as stored): all
-    calm when the figure does not alert (or there is none); beyond the radius far; within it
-    drifting in a batch of another kind (:func:`another_kind`), else calm. With ``languages`` (each
-    claim's, None where unknown), a claim in one of the figure's new languages is
-    :data:`NEW_LANGUAGE`."""
+    labelled claim (``nearest``) and its batch's figure: all calm when the figure does not alert
+    (or there is none); beyond the radius far; within it drifting in a batch of another kind
+    (:func:`another_kind`), else calm. With ``languages`` (each claim's, None where unknown), a
+    claim in one of the figure's new languages is :data:`NEW_LANGUAGE`."""
     d = np.asarray(nearest, dtype=float)
-    if not figure or not figure.get("alert"):
+    if figure is None or not figure.alert:
         status = np.full(d.shape, CALM, dtype=np.int8)
     else:
-        radius = figure.get("radius")
-        far = np.zeros(d.shape, dtype=bool) if radius is None else d > float(radius)
+        far = np.zeros(d.shape, dtype=bool) if figure.radius is None else d > float(figure.radius)
         status = np.where(far, FAR, DRIFTING if another_kind(figure) else CALM).astype(np.int8)
-    new = (figure or {}).get("languages") or {}
+    new = dict(figure.languages or ()) if figure is not None else {}
     if new and languages is not None:
         status[np.array([lang in new for lang in languages], dtype=bool)] = NEW_LANGUAGE
     return status
@@ -146,22 +163,21 @@ def new_languages(languages: Sequence[str | None], labelled: Collection[str]) ->
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def with_languages(figure: dict[str, Any], languages: Sequence[str | None] | None,
-                   labelled: Collection[str] | None) -> dict[str, Any]:
-    """A batch's figure (:meth:`Drift.as_dict`) with ``languages``, the claims in each language L
-    has none of (:func:`new_languages`), when there are any: the figure of a batch in L's
-    languages (or without languages) is left as it was."""
+def with_languages(figure: Drift, languages: Sequence[str | None] | None,
+                   labelled: Collection[str] | None) -> Drift:
+    """A batch's figure with ``languages``, the claims in each language L has none of
+    (:func:`new_languages`), when there are any: the figure of a batch in L's languages (or
+    without languages) is left as it was."""
     if languages is None or labelled is None:
         return figure
     new = new_languages(languages, labelled)
-    return figure | {"languages": new} if new else figure
+    return replace(figure, languages=tuple(new.items())) if new else figure
 
 
-def unlike_labelled(figure: Mapping[str, Any] | None) -> bool:
+def unlike_labelled(figure: Drift | None) -> bool:
     """Whether a batch is too unlike L for label shift (its share of check-worthy claims is then
     not estimated): its figure alerts, or more than its tolerance of it is in languages L has none
     of."""
-    if not figure:
+    if figure is None:
         return False
-    n_new = sum((figure.get("languages") or {}).values())
-    return bool(figure.get("alert")) or (figure["n"] > 0 and n_new / figure["n"] > figure["tolerance"])
+    return figure.alert or (figure.n > 0 and figure.n_new_language / figure.n > figure.tolerance)

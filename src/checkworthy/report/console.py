@@ -118,10 +118,10 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
     if line:
         print(line)
     p = stored_share(outcome.prevalence)
-    if p and p.not_estimable == "drift":
-        d = outcome.drift or {}
-        why = (f"{d['share']:.0%} of the batch lies beyond the labelled set (drift)" if d.get("alert") else
-               f"{sum(d['languages'].values())} of its {d['n']} claims are in languages the labelled set "
+    d = outcome.drift
+    if p and p.not_estimable == "drift" and d is not None:  # withdrawn for drift: the run has a figure
+        why = (f"{d.share:.0%} of the batch lies beyond the labelled set (drift)" if d.alert else
+               f"{d.n_new_language} of its {d.n} claims are in languages the labelled set "
                "has none of")
         print(f"share check-worthy in this batch: not estimable: {why}, so its claims of each class need "
               "not look like the labelled ones")
@@ -162,23 +162,22 @@ def review_line(outcome: CalibrateOutcome) -> str:
     is made for and the labelled claims it was certified on: in a batch that drifted from the
     labelled file, only those within the labelled set's radius, and none when the batch is of
     another kind; none automated when too few labelled claims are like the batch."""
-    r, d = outcome.review or {}, outcome.drift or {}
+    r, d = outcome.review or {}, outcome.drift
     rule = ReviewRule.from_dict(r)
     margin = rule.none_why() if r["margin"] is None else f"margin {r['margin']:.2f}"
     promise = f"share of {rule.promise()}"
     head = f"review: {outcome.n_review} of {outcome.n_rows} claims to a person"
-    within = d.get("n", 0) - d.get("n_beyond", 0)
-    if not d.get("alert") and d.get("languages"):
-        n_new = sum(d["languages"].values())
+    if d is None or not d.alert:
+        if d is None or not d.languages:
+            return f"{head} ({margin}; {promise})"
         return (f"{head} ({outcome.n_drift} for drift, in languages the labelled file has none of; the rest "
-                f"by {margin}); {promise}: promised only for the {d['n'] - n_new} claims in the labelled "
-                "file's languages")
-    if not d.get("alert"):
-        return f"{head} ({margin}; {promise})"
+                f"by {margin}); {promise}: promised only for the {d.n - d.n_new_language} claims in the "
+                "labelled file's languages")
+    within = d.n - d.n_beyond
     if another_kind(d):
-        return (f"{head} ({outcome.n_drift} for drift: {d['n_beyond']} far from every labelled claim, "
+        return (f"{head} ({outcome.n_drift} for drift: {d.n_beyond} far from every labelled claim, "
                 f"{within} within the labelled set's radius); no Learn-then-Test promise for this batch, "
                 "of another kind than the labelled file")
     return (f"{head} ({outcome.n_drift} for drift, far from every labelled claim; the rest by {margin}); "
             f"{promise}: promised only for the {within} claims within the labelled set's radius "
-            f"({within / d['n']:.0%} of the batch)")
+            f"({within / d.n:.0%} of the batch)")

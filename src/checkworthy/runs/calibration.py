@@ -12,7 +12,6 @@ Besides the paper's NN-PPI (``z`` + ``paper``, the default), a run may use any i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,7 +22,7 @@ from sqlalchemy import Connection
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
-from checkworthy.method.drift import CALM, drift, drift_status, unlike_labelled, with_languages
+from checkworthy.method.drift import CALM, Drift, drift, drift_status, unlike_labelled, with_languages
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
 from checkworthy.method.predictor_choice import (
@@ -54,7 +53,7 @@ from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord, RunSpec
 # ------------------------------------------------------------------ the batch's share, rule and drift
 
 
-def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure: Mapping[str, Any] | None
+def raw_score_prevalence(conn: Connection, spec: RunSpec, c: np.ndarray, figure: Drift | None
                          ) -> dict[str, Any]:
     """The batch's share of label 1 for a run that builds no leave-one-out lists (the paper's
     path): from the raw score's decisions, a predictor fitted on nothing, so its decisions on L are
@@ -113,11 +112,11 @@ def batch_languages(conn: Connection, label_set_id: int, claim_ids: list[int]) -
 
 
 def drift_figure(loo_nearest: np.ndarray, nearest: np.ndarray, langs: Languages | None = None,
-                 ) -> dict[str, Any]:
+                 ) -> Drift:
     """The run's drift figure (:mod:`checkworthy.method.drift`, :attr:`RunRecord.drift`):
     its claims' nearest labelled distances against L's leave-one-out ones, and the languages of
     its claims that L has none of (``langs``; :func:`checkworthy.method.drift.with_languages`)."""
-    figure = drift(loo_nearest, nearest).as_dict()
+    figure = drift(loo_nearest, nearest)
     if langs is not None:
         figure = with_languages(figure, langs.claims, langs.labelled)
     return figure

@@ -25,6 +25,7 @@ from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError, OutputUnwritable
 from checkworthy.method import metrics
+from checkworthy.method.drift import Drift
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
@@ -131,7 +132,7 @@ class CalibrateOutcome:
     n_review: int | None = None
     n_drift: int | None = None
     #: the batch's drift figure (:mod:`checkworthy.method.drift`)
-    drift: dict[str, Any] | None = None
+    drift: Drift | None = None
     #: NN-PPI's metrics on U's claims of each language, when U has labels in more than one
     by_language: dict[str, dict[str, float]] | None = None
 

@@ -43,7 +43,7 @@ from sqlalchemy.exc import DBAPIError
 from checkworthy.config import WINDOW_SECONDS, model_name
 from checkworthy.data.versioning import git_rev
 from checkworthy.method import nnppi
-from checkworthy.method.drift import FAR, NEW_LANGUAGE, drift, drift_status, with_languages
+from checkworthy.method.drift import FAR, NEW_LANGUAGE, Drift, drift, drift_status, with_languages
 from checkworthy.runs.calibration import (
     CalibrationOutcome,
     batch_neighbours,
@@ -143,7 +143,7 @@ class Submission:
     run_id: int | None
     results: list[SentenceResult]
     #: the request's own drift figure (also stored in its ``api_requests`` row)
-    drift: Mapping[str, Any] | None
+    drift: Drift | None
 
 
 class ServedRun:
@@ -267,7 +267,7 @@ class ServedRun:
                 res, nb = got
                 row = {int(c): i for i, c in enumerate(nb.claim_ids)}
                 claim_langs = [langs.get(int(c)) for c in nb.claim_ids]
-                figure = with_languages(drift(self.fitted.pool.loo_nearest, nb.distances[:, 0]).as_dict(),
+                figure = with_languages(drift(self.fitted.pool.loo_nearest, nb.distances[:, 0]),
                                         claim_langs, self.languages)
                 status = drift_status(nb.distances[:, 0], figure, claim_langs)
                 if self.rule is not None:
@@ -335,7 +335,7 @@ class ServedRun:
             review = dict(review) | {"automated_share": 1 - got.n_queued / len(nearest)}
         record = RunRecord(
             n_claims=got.n_claims, n_calibrated=len(nearest), n_without_score=got.n_claims - len(nearest),
-            drift=drift(self.fitted.pool.loo_nearest, nearest).as_dict(), review=review,
+            drift=drift(self.fitted.pool.loo_nearest, nearest), review=review,
             extra={"n_requests": got.n_requests})
         complete_window(conn, run_id, record.to_json())
 

@@ -4,15 +4,16 @@ imports no flow and needs no Prefect to import."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from checkworthy.method.drift import Drift
 
 
 class EventSink(Protocol):
     """Where the served requests' events go."""
 
-    def drift_detected(self, run_id: int, target: str, drift: Mapping[str, Any], message: str) -> str | None:
+    def drift_detected(self, run_id: int, target: str, drift: Drift, message: str) -> str | None:
         """Announce that a submission drifted from its run's labelled set (``checkworthy.drift.detected``);
         ``message`` is the line a person reads. The event's id, or None when none is emitted."""
         ...

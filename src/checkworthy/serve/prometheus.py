@@ -4,9 +4,6 @@ last batch's drift figure and its line for a person (``checkworthy_api_drift_inf
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_fastapi_instrumentator import Instrumentator
@@ -43,13 +40,13 @@ class ApiMetrics:
         method.drift.drift_status`) and its drift figure; ``notice`` is its drift line (None: no alert)."""
         self.claims.labels(endpoint).inc(len(sub.results))
         self.review.labels(endpoint).inc(sum(r.review for r in sub.results))
-        figure: Mapping[str, Any] = sub.drift or {}
+        figure = sub.drift
         held = [r for r in sub.results if r.far or (r.review and another_kind(figure))]
         self.review_drift.labels(endpoint).inc(len(held))
-        if figure.get("share") is not None:
-            self.drift_share.set(float(figure["share"]))
-            calm = (f"no drift: {figure['share']:.0%} of the last batch lies beyond the labelled set's "
+        if figure is not None:
+            self.drift_share.set(float(figure.share))
+            calm = (f"no drift: {figure.share:.0%} of the last batch lies beyond the labelled set's "
                     "radius, as expected of claims like its own")
             self.drift_notice.info({"notice": notice or calm})
-        if figure.get("alert"):
+        if figure is not None and figure.alert:
             self.drift_alerts.inc()

@@ -18,6 +18,7 @@ from typing import Any
 from checkworthy.config import EF_SEARCH, EMBED_MODEL
 from checkworthy.data.versioning import git_rev
 from checkworthy.method.corrections import CORRECTIONS
+from checkworthy.method.drift import Drift
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.nnppi import THRESHOLD
 from checkworthy.method.predictor_choice import PREDICTOR_RUNS
@@ -104,7 +105,7 @@ class RunRecord:
     #: the decide-or-review rule (:meth:`ReviewRule.as_dict`) and its ``automated_share``
     review: dict[str, Any] | None = None
     #: the batch's drift figure (:func:`checkworthy.method.drift.drift`)
-    drift: dict[str, Any] | None = None
+    drift: Drift | None = None
     #: the batch's share of label 1 (:meth:`checkworthy.method.prevalence.Prevalence.as_dict`)
     prevalence: dict[str, Any] | None = None
     #: the prior decided for when it is the batch's: ``mode``, ``threshold_on_theta``, ...
@@ -123,12 +124,16 @@ class RunRecord:
         """The record of a stored run's ``params`` (None: a run that recorded none)."""
         params = params or {}
         known: dict[str, Any] = {k: params[k] for k in _RECORD_FIELDS if params.get(k) is not None}
+        if "drift" in known:
+            known["drift"] = Drift.from_dict(known["drift"])
         return cls(**known, extra={k: v for k, v in params.items() if k not in _RECORD_FIELDS})
 
     def to_json(self) -> dict[str, Any]:
-        """The record as ``params`` stores it: every field that is set, then ``extra``."""
+        """The record as ``params`` stores it: every field that is set (the drift figure by
+        :meth:`Drift.as_dict`), then ``extra``."""
         out = {k: getattr(self, k) for k in _RECORD_FIELDS if getattr(self, k) is not None}
-        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in out.items()} | dict(self.extra)
+        return {k: v.as_dict() if isinstance(v, Drift) else dict(v) if isinstance(v, Mapping) else v
+                for k, v in out.items()} | dict(self.extra)
 
     def __or__(self, other: RunRecord) -> RunRecord:
         """This record with what ``other`` records added (``other``'s where both record a key),

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, text
 
+from checkworthy.method.drift import Drift
 from checkworthy.store.run_spec import DEFAULT_CORRECTION
 
 #: the run fields a server may be pinned to (``checkworthy serve --model ... --k ...``)
@@ -64,14 +65,14 @@ def lineage_dataset(conn: Connection, label_set_id: int) -> str:
 
 def insert_request(conn: Connection, request_uid: uuid.UUID, key_id: int, endpoint: str,
                    served_run_id: int, run_id: int | None, claim_ids: Sequence[int],
-                   drift: Mapping[str, Any] | None) -> int:
+                   drift: Drift | None) -> int:
     """Record what a request stored, and its own drift figure; return its id."""
     return cast(int, conn.execute(
         text("""INSERT INTO api_requests (request_uid, key_id, endpoint, served_run_id, run_id, claim_ids,
                                           drift)
                 VALUES (:u, :k, :e, :s, :r, :c, CAST(:d AS jsonb)) RETURNING id"""),
         {"u": request_uid, "k": key_id, "e": endpoint, "s": served_run_id, "r": run_id,
-         "c": [int(i) for i in claim_ids], "d": None if drift is None else json.dumps(dict(drift))},
+         "c": [int(i) for i in claim_ids], "d": None if drift is None else json.dumps(drift.as_dict())},
     ).scalar_one())
 
 

@@ -39,10 +39,10 @@ def answer(api: ApiState, texts: list[str], key: ApiKey, endpoint: str) -> Score
     sub: Submission = served.submit(texts, key.id, endpoint)
     notice = drift_line(sub.drift)
     api.metrics.record(endpoint, sub, notice)
-    if notice and sub.run_id is not None:
-        api.events.drift_detected(sub.run_id, f"api:{sub.request_uid}", sub.drift or {}, notice)
+    if notice and sub.run_id is not None and sub.drift is not None:
+        api.events.drift_detected(sub.run_id, f"api:{sub.request_uid}", sub.drift, notice)
     return ScoreOut(request_id=str(sub.request_uid), run_id=sub.run_id, served_run=served.provenance,
-                    drift=None if sub.drift is None else dict(sub.drift), drift_notice=notice,
+                    drift=None if sub.drift is None else sub.drift.as_dict(), drift_notice=notice,
                     results=[sentence_out(r) for r in sub.results])
 
 
