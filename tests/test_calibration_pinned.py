@@ -2,8 +2,10 @@
 its metrics and its review queue, for full runs under several methods, an incremental
 recalibration, and ``predict`` with a cheap scorer, against fixtures under ``tests/golden/``.
 
-A fixture is the stored state as JSON (floats round-trip exactly); claim and run ids, which
-depend on what the session stored before, are replaced by the claims' source ids. To capture a
+A fixture is the stored state as JSON (floats round-trip exactly); claim and run ids are replaced
+by the claims' source ids. The runs are stored in a fresh database of their own: in the session's,
+a vector another test stored first for the same text (embeddings are keyed by text and model)
+would move the neighbours. To capture a
 fixture anew (only when a change of figures is intended): ``PIN_CAPTURE=1 pytest`` this file.
 """
 
@@ -11,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
 
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.own_scores import UserFile
@@ -29,6 +32,7 @@ from checkworthy.store.review_queue import entries_of_run
 from checkworthy.store.run_spec import RunContext, RunMethods, RunSpec
 from checkworthy.testing.claims import clef_claims, write_csv
 from checkworthy.testing.scorers import SlowHashScorer
+from checkworthy.testing.scratch_project import fresh_database
 from checkworthy.testing.worlds import Scenario, build_scenario
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -84,17 +88,29 @@ def check(name: str, got: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def scenario(engine) -> Scenario:
-    return build_scenario(engine, "pinned", n_lab=50, n_unl=20, offset=0, seed=5)
+def pinned(owner_url) -> Iterator[Engine]:
+    """A fresh database: the figures depend on nothing another test stored."""
+    with fresh_database(owner_url, f"checkworthy_pinned_{os.getpid()}") as url:
+        engine = create_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def scenario(pinned) -> Scenario:
+    return build_scenario(pinned, "pinned", n_lab=50, n_unl=20, offset=0, seed=5)
 
 
 @pytest.mark.parametrize(("name", "options"), METHODS, ids=[m[0] for m in METHODS])
-def test_full_run_figures_are_pinned(engine, scenario, name, options):
-    run_id = run_calibration(engine, scenario.spec(5, **options), RunContext(extra={"pinned": name}))
-    check(name, stored(engine, run_id))
+def test_full_run_figures_are_pinned(pinned, scenario, name, options):
+    run_id = run_calibration(pinned, scenario.spec(5, **options), RunContext(extra={"pinned": name}))
+    check(name, stored(pinned, run_id))
 
 
-def test_incremental_recalibration_figures_are_pinned(engine):
+def test_incremental_recalibration_figures_are_pinned(pinned):
+    engine = pinned
     s = build_scenario(engine, "pinned-recal", n_lab=50, n_unl=20, offset=100, seed=6)
     with engine.begin() as conn:
         base = store.create_label_set(conn, f"{s.name}:L", s.lab_ids[:44])
@@ -110,7 +126,7 @@ def test_incremental_recalibration_figures_are_pinned(engine):
 
 
 @pytest.mark.parametrize("prior", ["labelled", "batch"])
-def test_predict_figures_are_pinned(use_db, tmp_path, prior):
+def test_predict_figures_are_pinned(pinned, tmp_path, prior):
     claims = clef_claims()[200:260]
     lab = write_csv(tmp_path / "L.csv", ["id", "text", "label"],
                     [(c.source_id, c.text, c.label) for c in claims[:40]])
@@ -118,7 +134,7 @@ def test_predict_figures_are_pinned(use_db, tmp_path, prior):
                     [(c.source_id, c.text, c.label) for c in claims[40:]])
     rec = Recommended(model="pinned:hash", score_kind="verbalised", k=5, prior=prior)
     rows = read_files(lab, unl, rec.k)
-    got = predict_files(use_db, (UserFile.of(lab), UserFile.of(unl)), rows, tmp_path / "OUT.csv", rec,
+    got = predict_files(pinned, (UserFile.of(lab), UserFile.of(unl)), rows, tmp_path / "OUT.csv", rec,
                         (SlowHashScorer("pinned:hash"), NO_PROMPT))
     out = (tmp_path / "OUT.csv").read_text(encoding="utf-8")
-    check(f"predict_{prior}", stored(use_db, got.run_id) | {"out": out})
+    check(f"predict_{prior}", stored(pinned, got.run_id) | {"out": out})
