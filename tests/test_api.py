@@ -417,7 +417,8 @@ def test_a_batch_from_another_domain_raises_the_drift_figure_and_event(engine, w
 
 def test_texts_in_a_language_the_labels_lack_are_held_back_and_named(engine, world):
     """Each answer carries its text's language; Arabic tweets against English labels go to a person
-    (far, with the reason), the request's figure names the language and the notice says it."""
+    (far, with the reason), the request's figure names the language and the notice says it, and so
+    does the figure of the window's run holding it once the window is complete."""
     from checkworthy.data.datasets import load_tweets
     from checkworthy.data.language import detect
     from checkworthy.testing.datasets import raw_path
@@ -425,11 +426,16 @@ def test_texts_in_a_language_the_labels_lack_are_held_back_and_named(engine, wor
     tweets, _ = load_tweets(raw_path("multilingual", "arabic", "CT24_checkworthy_arabic_train.tsv"),
                             "ct24-train", dataset="tweets-ar")
     arabic = [t.text for t, d in zip(tweets[:20], detect(t.text for t in tweets[:20])) if d.code == "ar"][:3]
+    close_window(engine, world)
     server = Server(engine, Selection(world.lineage, {"correction": "paper"}))
     try:
         body = post(server, "/score/sentences", {"sentences": world.dev[:3] + arabic}, world.scorer).json()
     finally:
         server.close()
+    with engine.connect() as conn:
+        window = load_run(conn, body["run_id"])
+    assert window["status"] == "complete" and window["params"]["drift"]["languages"] == {"ar": 3}
+    assert window["params"]["drift"]["n"] == 6
     got = [(r["language"], r["far"], r["review"]) for r in body["results"]]
     assert got[3:] == [("ar", True, True)] * 3 and [g[0] for g in got[:3]] == ["en"] * 3
     assert all("in a language none of the labelled claims is in" in r["reason"] for r in body["results"][3:])

@@ -87,6 +87,38 @@ def test_an_english_batch_has_no_language_drift(use_db, files, capsys):
     assert "languages" not in drift
 
 
+def test_the_realised_automated_share_leaves_out_claims_in_a_new_language(use_db, files):
+    """The realised figures of a run's rule (``evaluate``'s, the report's "Decide or review") hold
+    its claims back as the run did, by language too: with a calm figure naming ar and a rule that
+    decides every claim, the 6 Arabic tweets are not counted as decided automatically."""
+    import numpy as np
+
+    from checkworthy.method.drift import CALM, NEW_LANGUAGE, Drift
+    from checkworthy.runs.held_out import review_figures
+    from checkworthy.store.calibration_runs import load_results
+    from checkworthy.store.languages import drift_status_of
+
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--out", str(d / "OUT.csv"),
+                 "--k", "5", *MODEL]) == 0
+    with open(unl, newline="", encoding="utf-8") as fh:
+        gold = {r["id"]: int(r["label"]) for r in csv.DictReader(fh)}
+    arabic = set(list(gold)[10:])
+    with use_db.connect() as conn:
+        run_id = conn.execute(text("SELECT max(id) FROM calibration_runs")).scalar_one()
+        res = load_results(conn, run_id)
+        calm = Drift(0.95, 0.5, len(res), 0, 0.0, 0.05, 0.15, 1.0, False, (("ar", 6),))
+        status = drift_status_of(conn, [r["claim_id"] for r in res], [r["neighbour_distances"][0] for r in res],
+                                 calm)
+    assert [r["source_id"] for r in res if r["source_id"] in gold] == [r["source_id"] for r in res]
+    assert status.tolist() == [NEW_LANGUAGE if r["source_id"] in arabic else CALM for r in res]
+    y = np.array([gold[r["source_id"]] for r in res])
+    theta = np.array([r["theta"] for r in res])
+    every = {"threshold": 0.5, "risk": "error", "margin": 0.0, "max_risk": 0.1}
+    assert review_figures(every, y, theta, status)["automated_share"] == 10 / 16
+    assert review_figures(every, y, theta)["automated_share"] == 1.0
+
+
 def test_review_export_carries_the_language_and_its_direction(use_db, files, tmp_path):
     """After the mixed batch: Label Studio tasks and the CSV to fill in carry each claim's language;
     Arabic is written right to left, and the labelling configuration lays each claim out in its

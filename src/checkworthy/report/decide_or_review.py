@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from checkworthy.method.drift import drift_status
 from checkworthy.method.selective import ReviewRule, realised
 from checkworthy.report import plots
 from checkworthy.report.document import Document, Heading, Image, Para, Table, code, esc
 from checkworthy.report.formatting import fmt
 from checkworthy.report.run_groups import Group
+from checkworthy.store.languages import drift_status_of
 from checkworthy.store.review_queue import labelled_results, queued_counts
 from checkworthy.store.run_spec import RunRecord
 
@@ -35,7 +35,7 @@ def decide_or_review(conn: Connection, doc: Document, groups: Sequence[Group], f
     for g, r, record, certified in runs:
         res = [x for x in labelled_results(conn, r["id"]) if x.label is not None]
         share_all = record.automated_share
-        status = drift_status([x.nearest for x in res], record.drift)
+        status = drift_status_of(conn, [x.claim_id for x in res], [x.nearest for x in res], record.drift)
         share, risk = realised([x.theta for x in res], [x.label for x in res], certified.threshold,
                                certified.risk, certified.margin, status)
         within = "—" if risk is None else ("yes" if risk <= certified.max_risk else "**no**")

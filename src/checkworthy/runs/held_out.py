@@ -33,7 +33,6 @@ from checkworthy.data.records import Claim
 from checkworthy.data.splits import build_splits
 from checkworthy.data.text import normalise_text
 from checkworthy.method import metrics
-from checkworthy.method.drift import drift_status
 from checkworthy.method.prevalence import stored_share
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.method.selective import realised
@@ -45,6 +44,7 @@ from checkworthy.scorers.registry import PromptInfo, configured_scorer
 from checkworthy.settings import Settings, load_settings
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.knn import pool_of
+from checkworthy.store.languages import drift_status_of
 from checkworthy.store.run_spec import DEFAULT_CORRECTION, RunRecord
 
 #: predictors compared by default: (model spec, score kind)
@@ -255,7 +255,9 @@ def _measure(engine: Engine, run_id: int, what: tuple[str, str, Event], rec: Rec
         share = prevalence_figures(stored.prevalence, float(y.mean()))
         if event.dataset not in chosen_by.setdefault(label, {}):
             chosen_by[label][event.dataset] = labelled_auc(conn, run_id)
-    res = [rows[r.id] for r in unl]
+        res = [rows[r.id] for r in unl]
+        status = drift_status_of(conn, [r["claim_id"] for r in res],
+                                 [r["neighbour_distances"][0] for r in res], stored.drift)
     col = {k: np.array([r[k] for r in res], dtype=float)
            for k in ("score", "theta", "ci_low", "ci_high", "decision")}
     measured = []
@@ -266,8 +268,7 @@ def _measure(engine: Engine, run_id: int, what: tuple[str, str, Event], rec: Rec
     measured.append(Measured(label, name, event.name, run_id,
                              figures(y, col["theta"], col["decision"].astype(int), col["ci_low"],
                                      col["ci_high"]) | share
-                             | review_figures(stored.review, y, col["theta"], drift_status(
-                                 [r["neighbour_distances"][0] for r in res], stored.drift)),
+                             | review_figures(stored.review, y, col["theta"], status),
                              stored.auto_choice,
                              metrics.reliability(y, col["theta"])))
     return measured

@@ -67,7 +67,12 @@ from checkworthy.store.calibration_runs import (
 )
 from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.knn import Neighbours
-from checkworthy.store.languages import claim_languages, ensure_languages, label_set_languages
+from checkworthy.store.languages import (
+    claim_languages,
+    ensure_languages,
+    label_set_languages,
+    languages_of,
+)
 from checkworthy.store.run_spec import RunContext, RunRecord, run_key
 from checkworthy.store.served_runs import (
     complete_window,
@@ -326,17 +331,19 @@ class ServedRun:
 
     def _complete(self, conn: Connection, run_id: int) -> None:
         """Complete a window's run with what it holds: its requests, claims and results, the
-        automated share of its results and its drift figure over all of them (each request's own
-        figure is in its ``api_requests`` row)."""
+        automated share of its results and its drift figure over all of them, naming its claims in
+        languages L has none of as each request's figure does (each request's own figure is in its
+        ``api_requests`` row)."""
         got = window_counts(conn, run_id)
         nearest = np.asarray(got.nearest, dtype=float)
         review = self._review
         if review is not None:
             review = dict(review) | {"automated_share": 1 - got.n_queued / len(nearest)}
+        figure = with_languages(drift(self.fitted.pool.loo_nearest, nearest),
+                                languages_of(conn, got.claim_ids), self.languages)
         record = RunRecord(
             n_claims=got.n_claims, n_calibrated=len(nearest), n_without_score=got.n_claims - len(nearest),
-            drift=drift(self.fitted.pool.loo_nearest, nearest), review=review,
-            extra={"n_requests": got.n_requests})
+            drift=figure, review=review, extra={"n_requests": got.n_requests})
         complete_window(conn, run_id, record.to_json())
 
     def _hold(self, key: str) -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib.metadata import version
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection, text
 
 from checkworthy.data.language import detect
+from checkworthy.method.drift import Drift, drift_status
 
 
 def detector() -> str:
@@ -50,6 +53,19 @@ def claim_languages(conn: Connection, claim_ids: Sequence[int]) -> dict[int, str
         {"c": [int(i) for i in claim_ids]},
     ).all()
     return {int(r.id): r.language for r in rows}
+
+
+def languages_of(conn: Connection, claim_ids: Sequence[int]) -> list[str | None]:
+    """Each claim's stored language in the order of ``claim_ids`` (None where its text has none)."""
+    langs = claim_languages(conn, claim_ids)
+    return [langs.get(int(i)) for i in claim_ids]
+
+
+def drift_status_of(conn: Connection, claim_ids: Sequence[int], nearest: ArrayLike,
+                    figure: Drift | None) -> NDArray[np.int8]:
+    """Each of a run's claims' drift status as the run held it back (:func:`drift_status` with the
+    claims' stored languages): a claim in a language its figure names is never automatic."""
+    return drift_status(nearest, figure, languages_of(conn, claim_ids))
 
 
 def label_set_languages(conn: Connection, label_set_id: int) -> dict[str, int]:

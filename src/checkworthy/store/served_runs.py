@@ -91,12 +91,15 @@ class Window:
 @dataclass(frozen=True)
 class WindowCounts:
     """What a window's run holds: its requests, their claims, its review-queue entries, and the
-    distance of each result to its nearest labelled claim (claim id order)."""
+    distance of each result to its nearest labelled claim (claim id order), with that result's
+    claim."""
 
     n_requests: int
     n_claims: int
     n_queued: int
     nearest: list[float]
+    #: the claim of each result, in the order of ``nearest``
+    claim_ids: list[int]
 
 
 def lock_windows(conn: Connection, served_run_id: int) -> None:
@@ -131,10 +134,12 @@ def window_counts(conn: Connection, run_id: int) -> WindowCounts:
                         WHERE run_id = :r) AS n_claims,
                        (SELECT count(*) FROM review_queue WHERE run_id = :r) AS n_queued,
                        (SELECT coalesce(array_agg(neighbour_distances[1] ORDER BY claim_id), '{}')
-                        FROM calibrated_results WHERE run_id = :r) AS nearest"""),
+                        FROM calibrated_results WHERE run_id = :r) AS nearest,
+                       (SELECT coalesce(array_agg(claim_id ORDER BY claim_id), '{}')
+                        FROM calibrated_results WHERE run_id = :r) AS claim_ids"""),
         {"r": run_id}).one()
     return WindowCounts(int(row.n_requests), int(row.n_claims), int(row.n_queued),
-                        [float(d) for d in row.nearest])
+                        [float(d) for d in row.nearest], [int(i) for i in row.claim_ids])
 
 
 def complete_window(conn: Connection, run_id: int, params: Mapping[str, Any]) -> bool:
