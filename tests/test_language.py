@@ -5,6 +5,7 @@ back for a person, and ``predict`` says so in one line and measures each languag
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 from sqlalchemy import text
@@ -87,7 +88,7 @@ def test_an_english_batch_has_no_language_drift(use_db, files, capsys):
     assert "languages" not in drift
 
 
-def test_the_realised_automated_share_leaves_out_claims_in_a_new_language(use_db, files):
+def test_the_realised_automated_share_leaves_out_claims_in_a_new_language(use_db, files, capsys):
     """The realised figures of a run's rule (``evaluate``'s, the report's "Decide or review") hold
     its claims back as the run did, by language too: with a calm figure naming ar and a rule that
     decides every claim, the 6 Arabic tweets are not counted as decided automatically."""
@@ -104,8 +105,8 @@ def test_the_realised_automated_share_leaves_out_claims_in_a_new_language(use_db
     with open(unl, newline="", encoding="utf-8") as fh:
         gold = {r["id"]: int(r["label"]) for r in csv.DictReader(fh)}
     arabic = set(list(gold)[10:])
+    run_id = int(re.search(r"\(run (\d+), ", capsys.readouterr().out)[1])  # the run predict printed
     with use_db.connect() as conn:
-        run_id = conn.execute(text("SELECT max(id) FROM calibration_runs")).scalar_one()
         res = load_results(conn, run_id)
         calm = Drift(0.95, 0.5, len(res), 0, 0.0, 0.05, 0.15, 1.0, False, (("ar", 6),))
         status = drift_status_of(conn, [r["claim_id"] for r in res], [r["neighbour_distances"][0] for r in res],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +185,8 @@ def prevalence_figures(stored: Mapping[str, Any] | None, true_share: float) -> d
 
 def methods(rec: Recommended) -> dict[str, Recommended]:
     """The calibrations each predictor gets, by the name the report uses."""
-    return {"recommended": rec, "recommended, batch prior": replace(rec, prior="batch"),
-            "paper NN-PPI": replace(rec, **PAPER)}
+    return {"recommended": rec, "recommended, batch prior": rec.but(prior="batch"),
+            "paper NN-PPI": rec.but(**PAPER)}
 
 
 def evaluate_held_out(

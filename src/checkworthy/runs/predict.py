@@ -11,7 +11,7 @@ docs/method.md; a lineage whose own model was promoted (``checkworthy adapt``) u
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,30 +38,14 @@ from checkworthy.store.engine import get_engine
 from checkworthy.store.lineages import lineage_datasets
 from checkworthy.store.run_spec import RunMethods
 
-#: the defaults of :class:`Recommended`: params.yaml's ``predict:`` (the settings' only defaults)
-PREDICT = PredictSettings()
 #: the score kind an adapted model is calibrated with
 SCORE_KIND = "p_positive"
 
 
-@dataclass(frozen=True)
-class Recommended:
-    """The recommended model, score kind and calibration: params.yaml's ``predict:`` with the
-    options given on the command line (checked when :attr:`methods` is read)."""
-
-    model: str = PREDICT.model
-    score_kind: str = PREDICT.score_kind
-    correction: str = PREDICT.correction
-    interval: str = PREDICT.interval
-    k: int = PREDICT.k
-    alpha: float = PREDICT.alpha
-    threshold: float = PREDICT.threshold
-    prior: str = PREDICT.prior
-    review_risk: str = PREDICT.review_risk
-    max_risk: float = PREDICT.max_risk
-    delta: float = PREDICT.delta
-    knn: str = PREDICT.knn
-    ef_search: int = PREDICT.ef_search
+class Recommended(PredictSettings):
+    """The recommended model, score kind and calibration: params.yaml's ``predict:`` (its fields and
+    defaults are :class:`checkworthy.settings.PredictSettings`', declared once) with the options
+    given on the command line (checked when :attr:`methods` is read)."""
 
     @property
     def methods(self) -> RunMethods:
@@ -73,7 +57,12 @@ class Recommended:
     @classmethod
     def of(cls, section: PredictSettings, **overrides: Any) -> Recommended:
         """The ``predict:`` section, then the options given (None: not given)."""
-        return replace(cls(**section.model_dump()), **{k: v for k, v in overrides.items() if v is not None})
+        return cls(**section.model_dump()).but(**{k: v for k, v in overrides.items() if v is not None})
+
+    def but(self, **changes: Any) -> Recommended:
+        """This calibration with ``changes`` (like :func:`dataclasses.replace`; the method names are
+        checked by :attr:`methods`, as the command line's options are)."""
+        return self.model_copy(update=changes)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> Recommended:
@@ -205,4 +194,4 @@ def with_champion(engine: Engine, params: Mapping[str, Any], rec: Recommended, l
     if not adapted_champion(row):
         return dict(params), rec
     spec, kind = champion_model(params, row)
-    return champion_params(params, row), replace(rec, model=spec, score_kind=kind)
+    return champion_params(params, row), rec.but(model=spec, score_kind=kind)
