@@ -43,9 +43,9 @@ def test_only_the_lineages_that_passed_are_calibrated_target_by_key_by_k():
 
 
 def test_a_smoke_run_lowers_the_minimum_rows_to_its_limit_only():
-    assert validation_bounds({}).min_rows == 10
+    assert validation_bounds({}).min_rows == 100  # params.yaml's default
     assert validation_bounds({}, 4).min_rows == 4
-    assert validation_bounds({}, 40).min_rows == 10
+    assert validation_bounds({"validation": {"min_rows": 10}}, 40).min_rows == 10
 
 
 def test_runs_by_target_keep_their_order_and_keys_come_once():

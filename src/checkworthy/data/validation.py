@@ -36,6 +36,10 @@ import numpy as np
 import pandas as pd
 
 from checkworthy.data.text import normalise_text
+from checkworthy.settings import ValidationSection, parse_section
+
+#: params.yaml's ``validation:`` defaults
+VALIDATION = ValidationSection()
 
 SUITE_NAME = "checkworthy-labels"
 SUITE_VERSION = "1"
@@ -45,21 +49,24 @@ CHECKS = ("label_in_0_1", "text_present", "text_not_blank", "ids_unique", "one_l
 
 @dataclass(frozen=True)
 class Bounds:
-    """Configurable limits of the suite (``validation:`` in params.yaml)."""
+    """The suite's limits: params.yaml's ``validation:`` (:class:`checkworthy.settings.ValidationSection`,
+    whose defaults are the only ones; a field given here replaces its value)."""
 
-    min_rows: int = 10
-    max_rows: int = 1_000_000
-    min_positive_rate: float = 0.2
-    max_positive_rate: float = 0.8
+    min_rows: int = VALIDATION.min_rows
+    max_rows: int = VALIDATION.max_rows
+    min_positive_rate: float = VALIDATION.positive_rate[0]
+    max_positive_rate: float = VALIDATION.positive_rate[1]
+
+    @classmethod
+    def of(cls, section: ValidationSection) -> Bounds:
+        """The bounds a ``validation:`` section sets."""
+        low, high = section.positive_rate
+        return cls(section.min_rows, section.max_rows, low, high)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None) -> Bounds:
-        """Bounds from the ``validation`` block of params.yaml (missing keys keep their defaults)."""
-        v = dict((params or {}).get("validation") or {})
-        rate = v.pop("positive_rate", None)
-        if rate is not None:
-            v["min_positive_rate"], v["max_positive_rate"] = rate
-        return cls(**{k: v[k] for k in cls.__dataclass_fields__ if k in v})
+        """The bounds of params.yaml's ``validation:`` section (checked; missing keys: its defaults)."""
+        return cls.of(parse_section(ValidationSection, (params or {}).get("validation") or {}, "validation"))
 
 
 @dataclass
