@@ -323,8 +323,7 @@ def apply_labels_task(path: str, ctx: FlowContext, bounds: validation.Bounds,
     moved = None
     if out.status == "rejected" and in_label_folder(Path(path), repo):  # like a file refused earlier
         moved = str(set_aside(Path(path), repo))
-    result = AppliedLabels(path, out.update_id, out.status, out.reused, out.n_rows, out.n_appended,
-                           out.new_heads, out.validation_run_ids, dv, moved)
+    result = AppliedLabels(**asdict(out) | {"data_version_id": dv}, path=path, moved_to=moved)
     if out.status == "applied" and out.new_heads:
         with engine.begin() as conn:
             payload = {"label_set_names": sorted(out.new_heads), "update_id": out.update_id,

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from checkworthy.config import PARAMS_FILE, ROOT, load_params
+from checkworthy.runs.label_updates import LabelUpdateOutcome
 from checkworthy.store.rows import ScoreKey
 
 
@@ -138,20 +139,13 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
-class AppliedLabels:
-    """What applying one label file did; a file the suite rejected is ``moved_to`` rejected/ when it
-    lay in data/labels/; ``event_id``: the event announcing new heads, if one was emitted."""
+class AppliedLabels(LabelUpdateOutcome):
+    """What applying one label file (``path``) did (:class:`LabelUpdateOutcome`); a file the suite
+    rejected is ``moved_to`` rejected/ when it lay in data/labels/; ``event_id``: the event
+    announcing new heads, if one was emitted."""
 
-    path: str
-    update_id: int
-    status: str
-    reused: bool
-    n_rows: int
-    n_appended: int
-    new_heads: dict[str, int]
-    validation_run_ids: list[int]
-    data_version_id: int | None
-    moved_to: str | None
+    path: str = ""
+    moved_to: str | None = None
     event_id: str | None = None
 
     def line(self) -> str:

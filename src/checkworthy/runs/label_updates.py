@@ -47,7 +47,7 @@ class Candidate:
     changed_keys: set[tuple[str, str]] = field(default_factory=set)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LabelUpdateOutcome:
     """What applying a label file did (or, if ``status == 'rejected'``, refused to do)."""
 
