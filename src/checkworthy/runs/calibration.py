@@ -12,6 +12,7 @@ Besides the paper's NN-PPI (``z`` + ``paper``, the default), a run may use any i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,7 +35,7 @@ from checkworthy.method.predictor_choice import (
 )
 from checkworthy.method.prevalence import prior_threshold, share_positive, under_drift
 from checkworthy.method.selective import fit_review, neighbour_weights
-from checkworthy.runs.review_queue import queue_run
+from checkworthy.runs.review_queue import queue_run, review_flags
 from checkworthy.store.calibration_runs import complete_run, insert_results
 from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.knn import (
@@ -408,9 +409,26 @@ def store_rows(conn: Connection, run_id: int, out: CalibrationOutcome) -> None:
     if out.neighbours is not None:
         insert_results(conn, run_id, ids, out.result, out.neighbours.neighbour_ids, out.neighbours.distances)
     if out.record.review:
-        langs = claim_languages(conn, ids)
-        status = drift_status(out.nearest, out.record.drift, [langs.get(i) for i in ids])
-        queue_run(conn, run_id, out.record.review, ids, out.result.theta, status)
+        queue_run(conn, run_id, out.record.review, ids, out.result.theta,
+                  outcome_drift_status(out, claim_languages(conn, ids)))
+
+
+def outcome_drift_status(out: CalibrationOutcome, langs: Mapping[int, str]) -> NDArray[np.int8]:
+    """Each of the outcome's claims' drift status (:func:`drift_status`) under its run's figure,
+    ``langs`` holding each claim's stored language (a claim without one: unknown)."""
+    return drift_status(out.nearest, out.record.drift, [langs.get(int(i)) for i in out.claim_ids])
+
+
+def queued_claims(out: CalibrationOutcome, langs: Mapping[int, str]) -> dict[int, str]:
+    """The claims the run queues for a person (:func:`store_rows`), each with its cause
+    (``drift`` or ``rule``); none when the run has no rule. ``langs``: as for
+    :func:`outcome_drift_status`."""
+    if not out.record.review:
+        return {}
+    status = outcome_drift_status(out, langs)
+    flagged = review_flags(out.record.review, out.result.theta, status)
+    return {int(c): "drift" if s != CALM else "rule"
+            for c, f, s in zip(out.claim_ids, flagged, status) if f}
 
 
 def finish_run(conn: Connection, run_id: int, out: CalibrationOutcome) -> None:

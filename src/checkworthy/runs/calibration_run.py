@@ -8,6 +8,7 @@ marks the run 'failed'; the next attempt starts a new one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -78,9 +79,25 @@ def recall_sample(n: int) -> NDArray[np.int64]:
 STARTING = "the start of another calibration"
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run of :func:`run_or_reuse`: its id, and what it computed (None: a complete run with the
+    same key was reused, so its results are the store's)."""
+
+    run_id: int
+    computed: CalibrationOutcome | None = None
+
+
 def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> int:
-    """Run (or reuse) the calibration described by ``spec``; return the run id. Holding the key's
-    lock, it first closes the runs a dead process left running (:func:`close_abandoned_runs`)."""
+    """Run (or reuse) the calibration described by ``spec``; return the run id
+    (:func:`run_or_reuse`)."""
+    return run_or_reuse(engine, spec, ctx).run_id
+
+
+def run_or_reuse(engine: Engine, spec: RunSpec, ctx: RunContext | None = None) -> RunOutcome:
+    """Run (or reuse) the calibration described by ``spec``; return the run, with the outcome it
+    stored when it computed one. Holding the key's lock, it first closes the runs a dead process
+    left running (:func:`close_abandoned_runs`)."""
     ctx = ctx or RunContext()
     with engine.connect() as lock:
         fingerprint = label_set_fingerprint(lock, spec.label_set_id)
@@ -91,19 +108,20 @@ def run_calibration(engine: Engine, spec: RunSpec, ctx: RunContext | None = None
             existing = find_complete_run(lock, key)
             lock.commit()
             if existing is not None:
-                return existing
+                return RunOutcome(existing)
             params = ctx.extra | {"n_claims": len(spec.claim_ids)}
             with engine.begin() as conn:
                 ensure_run_languages(conn, spec)
                 run_id = insert_run(conn, spec, key, fingerprint, params, ctx)
             try:
                 with engine.begin() as conn:
-                    finish_run(conn, run_id, compute(conn, spec))
+                    computed = compute(conn, spec)
+                    finish_run(conn, run_id, computed)
             except BaseException:
                 with engine.begin() as conn:
                     fail_run(conn, run_id)
                 raise
-            return run_id
+            return RunOutcome(run_id, computed)
         finally:
             unlock_run_key(lock, key)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError, OutputUnwritable
 from checkworthy.method import metrics
 from checkworthy.method.drift import Drift
-from checkworthy.runs.calibration_run import run_calibration
+from checkworthy.runs.calibration import queued_claims
+from checkworthy.runs.calibration_run import RunOutcome, run_or_reuse
 from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
 from checkworthy.store import rows as store
@@ -245,52 +246,101 @@ def store_files(
     return StoredFiles(lab, unl, params, u_ids, ls, target, hashes)
 
 
+@dataclass(frozen=True)
+class ResultRow:
+    """One claim's result as OUT and the metrics read it (a ``calibrated_results`` row's values)."""
+
+    score: float
+    theta: float
+    ci_low: float
+    ci_high: float
+    decision: bool
+    knn_mean: float
+    neighbour_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """A run's results by claim id, its record, and the claims it queued for a person, each with
+    its cause (``drift`` or ``rule``)."""
+
+    run_id: int
+    rows: dict[int, ResultRow]
+    record: RunRecord
+    queued: dict[int, str]
+
+
+def run_results(conn: Connection, run: RunOutcome, langs: Mapping[int, str]) -> RunResults:
+    """The run's results and the claims it queued: the outcome it computed and stored (``langs``:
+    each claim's stored language, which drift's review flags read), or a reused run's, read from
+    the store. The record is the stored one either way: what is printed of it (the ``auto``
+    figures, the drift figure's languages) follows the order the store keeps its JSON in."""
+    record = RunRecord.of(load_run(conn, run.run_id))
+    out = run.computed
+    if out is None or out.neighbours is None:
+        rows = {int(r["claim_id"]): ResultRow(r["score"], r["theta"], r["ci_low"], r["ci_high"],
+                                              r["decision"], r["knn_mean"], tuple(r["neighbour_ids"]))
+                for r in load_results(conn, run.run_id)}
+        return RunResults(run.run_id, rows, record,
+                          {int(e["claim_id"]): e["cause"] for e in entries_of_run(conn, run.run_id)})
+    res, nids = out.result, out.neighbours.neighbour_ids
+    rows = {int(c): ResultRow(float(res.score[i]), float(res.theta[i]), float(res.ci_low[i]),
+                              float(res.ci_high[i]), bool(res.decision[i]), float(res.knn_mean[i]),
+                              tuple(int(n) for n in nids[i]))
+            for i, c in enumerate(out.claim_ids)}
+    return RunResults(run.run_id, rows, record, queued_claims(out, langs))
+
+
 def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, methods: RunMethods,
                      out: Path) -> CalibrateOutcome:
     """Calibrate the stored U against L under ``key`` by ``methods``, write ``out``, and measure if
-    U has labels."""
-    lab, unl, u_ids = files.lab, files.unl, files.u_ids
-    labelled_texts = {r.text for r in lab}
+    U has labels. A fresh run's results are the outcome it computed; a reused run's, the store's."""
+    unl, u_ids = files.unl, files.u_ids
+    labelled_texts = {r.text for r in files.lab}
     in_labelled = [r.line for r in unl if r.text in labelled_texts]
     spec = RunSpec.of(files.target, u_ids, files.label_set_id, key, methods)
-    threshold = methods.threshold
-    run_id = run_calibration(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labelled),
-                                                             "inputs": files.params}))
+    run = run_or_reuse(engine, spec, RunContext(extra={"n_unlabeled_in_labeled": len(in_labelled),
+                                                       "inputs": files.params}))
     with engine.connect() as conn:
-        results = {r["claim_id"]: r for r in load_results(conn, run_id)}
-        names = store.claim_source_ids(conn, [n for r in results.values() for n in r["neighbour_ids"]])
-        record = RunRecord.of(load_run(conn, run_id))
-        entries = entries_of_run(conn, run_id)
         stored_langs = claim_languages(conn, u_ids)
+        got = run_results(conn, run, stored_langs)
+        names = store.claim_source_ids(conn, [n for r in got.rows.values() for n in r.neighbour_ids])
     langs = [stored_langs.get(i, "") for i in u_ids]
-    queued = {e["claim_id"] for e in entries}
+    record = got.record
     rule = record.review or {}
-    flags = {cid: int(cid in queued) for cid in results} if rule else {}
+    flags = {cid: int(cid in got.queued) for cid in got.rows} if rule else {}
     try:
-        _write_out(out, unl, u_ids, results, names, flags, langs)
+        _write_out(out, unl, u_ids, got.rows, names, flags, langs)
     except OutputUnwritable as exc:
-        raise OutputUnwritable(out, exc.cause, f"run {run_id} is stored: the same command again writes "
-                               "it without recomputing") from exc.cause
-    got, by_language = None, None
-    if all(r.label is not None for r in unl) and all(i in results for i in u_ids):
-        y = np.array([r.label for r in unl])
-        res = [results[i] for i in u_ids]
-        got = {
-            "baseline": metrics.classification_report(y, [int(r["score"] >= threshold) for r in res]),
-            "knn": metrics.classification_report(y, [int(r["knn_mean"] >= threshold) for r in res]),
-            "nnppi": metrics.classification_report(y, [int(r["decision"]) for r in res]),
-        }
-        got["nnppi"].update({f"coverage_{c}": v for c, v in metrics.interval_coverage(
-            y, [r["ci_low"] for r in res], [r["ci_high"] for r in res]).items()})
-        got["baseline"]["roc_auc"] = metrics.roc_auc(y, [r["score"] for r in res])
-        got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r["theta"] for r in res])
-        got["nnppi"]["share_positive"] = float(y.mean())
-        by_language = metrics_by_language(y, [int(r["decision"]) for r in res], langs)
-    return CalibrateOutcome(run_id, len(unl), got, in_labelled, record.prevalence,
+        raise OutputUnwritable(out, exc.cause, f"run {run.run_id} is stored: the same command again "
+                               "writes it without recomputing") from exc.cause
+    measured, by_language = _measure(unl, [got.rows.get(i) for i in u_ids], methods.threshold, langs)
+    return CalibrateOutcome(run.run_id, len(unl), measured, in_labelled, record.prevalence,
                             record.prior, record.auto_choice, rule or None,
                             sum(flags.values()) if flags else None,
-                            sum(e["cause"] == "drift" for e in entries) if flags else None,
+                            sum(c == "drift" for c in got.queued.values()) if flags else None,
                             record.drift, by_language)
+
+
+def _measure(unl: list[Row], found: list[ResultRow | None], threshold: float, langs: list[str]
+             ) -> tuple[dict[str, dict[str, float]] | None, dict[str, dict[str, float]] | None]:
+    """The baseline's, kNN's and NN-PPI's metrics on U (``found``: each row's result) and NN-PPI's
+    by language, when every row of U has a label and a result; else None for both."""
+    res = [r for r in found if r is not None]
+    if not all(r.label is not None for r in unl) or len(res) < len(found):
+        return None, None
+    y = np.array([r.label for r in unl])
+    got = {
+        "baseline": metrics.classification_report(y, [int(r.score >= threshold) for r in res]),
+        "knn": metrics.classification_report(y, [int(r.knn_mean >= threshold) for r in res]),
+        "nnppi": metrics.classification_report(y, [int(r.decision) for r in res]),
+    }
+    got["nnppi"].update({f"coverage_{c}": v for c, v in metrics.interval_coverage(
+        y, [r.ci_low for r in res], [r.ci_high for r in res]).items()})
+    got["baseline"]["roc_auc"] = metrics.roc_auc(y, [r.score for r in res])
+    got["nnppi"]["roc_auc"] = metrics.roc_auc(y, [r.theta for r in res])
+    got["nnppi"]["share_positive"] = float(y.mean())
+    return got, metrics_by_language(y, [int(r.decision) for r in res], langs)
 
 
 def metrics_by_language(y: np.ndarray, decisions: list[int], langs: list[str]
@@ -304,8 +354,8 @@ def metrics_by_language(y: np.ndarray, decisions: list[int], langs: list[str]
             | {"n": float(np.sum(codes == lang))} for lang in sorted(set(langs))}
 
 
-def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names: dict[int, str],
-               review: dict[int, int], langs: list[str]) -> None:
+def _write_out(out: Path, rows: list[Row], ids: list[int], results: Mapping[int, ResultRow],
+               names: dict[int, str], review: dict[int, int], langs: list[str]) -> None:
     """One output row per input row of U, in input order (duplicates of a text included), with
     its language (``langs``, in the same order); a claim without a usable score has empty fields."""
     with atomic_text(out) as fh:
@@ -316,6 +366,6 @@ def _write_out(out: Path, rows: list[Row], ids: list[int], results: dict, names:
             if r is None:  # its score failed to parse: no decision, said by the empty fields
                 w.writerow([row.id, "", "", "", "", "", "", "", 1, lang])  # no score: a person decides
                 continue
-            w.writerow([row.id, f"{r['score']:.6g}", f"{r['theta']:.6f}", f"{r['ci_low']:.6f}",
-                        f"{r['ci_high']:.6f}", int(r["decision"]), f"{r['knn_mean']:.6f}",
-                        ";".join(names[n] for n in r["neighbour_ids"]), review.get(cid, ""), lang])
+            w.writerow([row.id, f"{r.score:.6g}", f"{r.theta:.6f}", f"{r.ci_low:.6f}",
+                        f"{r.ci_high:.6f}", int(r.decision), f"{r.knn_mean:.6f}",
+                        ";".join(names[n] for n in r.neighbour_ids), review.get(cid, ""), lang])

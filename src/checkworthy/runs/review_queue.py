@@ -11,10 +11,10 @@ import csv
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from sqlalchemy import Connection
 
 from checkworthy.data import label_studio
@@ -40,11 +40,18 @@ def queue_run(conn: Connection, run_id: int, review: Mapping[str, Any], claim_id
     rule = ReviewRule.from_dict(review)
     theta = np.asarray(theta, dtype=float)
     drift = np.full(theta.shape, CALM) if status is None else np.asarray(status)
-    flagged = rule.review(theta, drift) == 1
+    flagged = review_flags(review, theta, drift)
     ids = [int(c) for c, f in zip(claim_ids, flagged) if f]
     theta, drift = theta[flagged], drift[flagged]
     return queue.insert_entries(conn, run_id, ids, theta, review_priority(theta, rule.threshold),
                                 rule.reasons(theta, drift), np.where(drift != CALM, "drift", "rule").tolist())
+
+
+def review_flags(review: Mapping[str, Any], theta: ArrayLike, status: ArrayLike) -> NDArray[np.bool_]:
+    """Which claims (``theta``, with their drift ``status``) the rule (``params->'review'``) sends
+    to a person, rule and drift together: the claims :func:`queue_run` queues."""
+    return cast(NDArray[np.bool_], ReviewRule.from_dict(review).review(
+        np.asarray(theta, dtype=float), np.asarray(status)) == 1)
 
 
 def export_rows(conn: Connection, limit: int | None, target: str | None, order: str = "uncertain",
