@@ -176,18 +176,52 @@ def test_a_text_empty_after_normalisation_is_refused_before_anything_is_written(
     assert not (d / "bad.csv").exists()
 
 
-def test_a_text_in_no_detectable_language_is_kept_as_und(use_db, files):
-    """A tweet of only a link, or only emoji, is real input: kept, calibrated, its language ``und``
-    (never drift for language: und names no language the labelled set could lack)."""
+@pytest.mark.parametrize("bad_text, said", [
+    ("https://t.co/x1y2z3 @someone 2020", "no detectable language (no words"),
+    ("\U0001F600\U0001F600 !!!", "no detectable language (no words"),
+    ("CОVID-19 cases rose by 40 percent", "mixed scripts: the word 'CОVID-19' is latin but for the look-alike "
+                                         "letters 'О' (cyrillic)"),
+])
+def test_a_text_in_no_detectable_language_or_mixed_scripts_is_refused(use_db, files, capsys, bad_text, said):
+    """A text with no words (only a link, mentions, numbers, emoji) or a word spelt with another
+    script's look-alike letters is refused in one line naming the file, line and field, before
+    anything is stored."""
+    lab, _, d = files
+    odd = d / "U_unreadable.csv"
+    write_csv(odd, ["id", "text"], [("a", "The unemployment rate fell to 4 percent last year."),
+                                    ("b", bad_text)])
+    before = table_counts(use_db)
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(odd), "--out", str(d / "odd.csv"),
+                 "--k", "5", *MODEL]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(odd) in err[0] and "row 3" in err[0] and "text" in err[0], err
+    assert said in err[0]
+    assert table_counts(use_db) == before
+    assert not (d / "odd.csv").exists()
+
+
+def test_a_short_text_no_language_stands_out_in_is_kept_as_und(use_db, files):
+    """Words in no language py3langid is sure of (a two-word reply) are real input: kept,
+    calibrated, its language ``und`` (never drift for language: und names no language)."""
     lab, _, d = files
     odd = d / "U_und.csv"
     write_csv(odd, ["id", "text"], [("a", "The unemployment rate fell to 4 percent last year."),
-                                    ("b", "https://t.co/x1y2z3"), ("c", "\U0001F600\U0001F600 !!!")])
+                                    ("b", "ok ok")])
     out = d / "und.csv"
     assert main(["predict", "--labeled", str(lab), "--unlabeled", str(odd), "--out", str(out),
                  "--k", "5", *MODEL]) == 0
     with open(out, newline="", encoding="utf-8") as fh:
-        assert [r["language"] for r in csv.DictReader(fh)] == ["en", "und", "und"]
+        assert [r["language"] for r in csv.DictReader(fh)] == ["en", "und"]
+
+
+def test_mixed_scripts_as_people_write_them_are_readable():
+    """Only homographs are refused: words that mix scripts as languages write them are kept."""
+    from checkworthy.data.language import unreadable
+
+    for fine in ("COVID-ваксина е тук", "«سبوتنيك-V» ضد كورونا", "東京タワーは高い", "ЕвропаСрещуCOVID19"):
+        assert unreadable(fine) is None, fine
+    assert "'р' (cyrillic)" in (unreadable("Tрump won the vote") or "")
+    assert "'a' (latin)" in (unreadable("Итaлиaнcкитe власти") or "")
 
 
 def test_the_api_refuses_a_text_empty_after_normalisation():
@@ -198,6 +232,9 @@ def test_the_api_refuses_a_text_empty_after_normalisation():
     with pytest.raises(ApiError) as got:
         check_texts(["Taxes rose.", "\ufeff\u200b"], Limits(), "sentences")
     assert got.value.field == "sentences[1]" and "empty after normalisation" in str(got.value)
+    with pytest.raises(ApiError) as got:
+        check_texts(["Taxes rose.", "Tрump won"], Limits(), "sentences")
+    assert got.value.field == "sentences[1]" and "mixed scripts" in str(got.value)
 
 
 def test_claims_in_a_language_l_lacks_are_far_and_the_line_names_them():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+import sys
 import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
@@ -22,8 +23,8 @@ from functools import cache
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["UND", "DetectedLanguage", "EMPTY_AFTER_NORMALISATION", "detect", "direction", "visible",
-           "words_of"]
+__all__ = ["UND", "DetectedLanguage", "EMPTY_AFTER_NORMALISATION", "detect", "direction", "unreadable",
+           "visible", "words_of"]
 
 #: the code of a text in no detectable language (ISO 639-2 "undetermined")
 UND = "und"
@@ -69,6 +70,55 @@ class DetectedLanguage:
 #: why a text that :func:`visible` empties is refused (one line, after the file, line and field)
 EMPTY_AFTER_NORMALISATION = ("empty after normalisation: only white space and invisible characters "
                              "(zero-width spaces, direction marks, control characters)")
+
+
+#: scripts that are written together within one word (Japanese, Korean, Chinese with phonetics)
+_WRITTEN_TOGETHER = (frozenset({"HAN", "HIRAGANA", "KATAKANA"}), frozenset({"HAN", "HANGUL"}),
+                     frozenset({"HAN", "BOPOMOFO"}))
+
+
+def unreadable(text: str) -> str | None:
+    """Why no language can be read in ``text``, or None: it has no words (only links, @mentions,
+    numbers or symbols), or a word is a homograph: its letters of a second script all look like
+    everyday letters of the word's main script (``Tрump`` with a Cyrillic ``р``, ``CОVID`` with a Cyrillic
+    ``О``), which the identifier, the embedding, the kNN and a reader each read differently.
+    Words that mix scripts as people write them (``COVID-ваксина``, ``لـCNN``, kanji with kana)
+    are readable. Scripts and look-alikes are Unicode's, from ``confusable-homoglyphs``."""
+    from confusable_homoglyphs import categories
+
+    words = words_of(text)
+    if not any(ch.isalpha() for ch in words):
+        return f"no detectable language ({NO_WORDS})"
+    for word in words.split():
+        letters = [(ch, categories.alias(ch)) for ch in word if ch.isalpha()]
+        scripts = {s for _, s in letters} - {"COMMON", "INHERITED"}
+        if len(scripts) < 2 or any(scripts <= together for together in _WRITTEN_TOGETHER):
+            continue
+        main = max(scripts, key=lambda s: sum(1 for _, t in letters if t == s))
+        foreign = {ch for ch, s in letters if s not in (main, "COMMON", "INHERITED")}
+        if all(_look_alikes(ch, main) for ch in foreign):
+            shown = ", ".join(f"{ch!r} ({categories.alias(ch).lower()})" for ch in sorted(foreign))
+            return (f"mixed scripts: the word {word!r} is {main.lower()} but for the look-alike "
+                    f"letters {shown}; retype them in {main.lower()}")
+    return None
+
+
+#: the everyday letters of the scripts whose letters look alike (their first Unicode blocks): a
+#: look-alike outside them (Komi ``ԁ`` for ``d``) is no letter a writer of that script types
+_EVERYDAY = {"LATIN": (0x41, 0x24F), "GREEK": (0x370, 0x3FF), "CYRILLIC": (0x400, 0x4FF),
+             "ARMENIAN": (0x531, 0x58F)}
+
+
+@cache
+def _look_alikes(ch: str, script: str) -> frozenset[str]:
+    """The everyday letters of ``script`` that Unicode's confusables list says ``ch`` looks like."""
+    from confusable_homoglyphs import categories, confusables
+
+    low, high = _EVERYDAY.get(script, (0, sys.maxunicode))
+    found = confusables.is_confusable(ch, greedy=True) or []
+    return frozenset(h["c"] for item in found for h in item["homoglyphs"]
+                     if len(h["c"]) == 1 and h["c"].isalpha() and categories.alias(h["c"]) == script
+                     and low <= ord(h["c"]) <= high)
 
 
 def visible(text: str) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from checkworthy.data.delimited import field_count_error, parse_delimited
-from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, visible
+from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, unreadable, visible
 from checkworthy.data.records import LoadReport
 from checkworthy.errors import DataError
 
@@ -73,4 +73,7 @@ def id_and_text(file: str, line: int, rec: dict[str, str], seen: dict[str, int])
     require_filled(file, line, rec, ("text",))
     if not visible(rec["text"]):
         raise DataError(file, line, "text", EMPTY_AFTER_NORMALISATION)
+    problem = unreadable(rec["text"])
+    if problem:
+        raise DataError(file, line, "text", problem)
     return cid, rec["text"]

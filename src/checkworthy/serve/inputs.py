@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, visible
+from checkworthy.data.language import EMPTY_AFTER_NORMALISATION, unreadable, visible
 from checkworthy.serve.refusals import ApiError
 
 BIGINT_MAX = 2**63 - 1  # the store's ids and run ids are Postgres bigints
@@ -87,5 +87,8 @@ def check_texts(texts: list[str], limits: Limits, field: str) -> list[str]:
         problem = text_problem(s)
         if problem:
             raise ApiError(422, "bad_text", f"the text {problem}", where)
+        unread = unreadable(s)
+        if unread:
+            raise ApiError(422, "no_language", unread, where)
         out.append(s)
     return out
