@@ -14,9 +14,9 @@
   embedding heads and drift compare vectors of one model only. Every lineage known before this
   revision is MiniLM's. A calibration run (trigger ``checkworthy_run_in_lineage_space``) records
   its lineage's space from its ``embed_model`` if none is recorded, and is refused if it names
-  another.
+  another model of ``embedding_models`` (a name that is none has no vectors to mix).
 
-All three tables are append-only like the other data tables (a model's dimension and a lineage's
+Both tables are append-only like the other data tables (a model's dimension and a lineage's
 space never change). The downgrade restores ``vector(384)`` and the single index; it deletes the
 vectors of any other model first (with the append-only triggers off for that, inside the
 migration's transaction), which a 384-d column cannot hold.
@@ -119,8 +119,8 @@ CREATE FUNCTION checkworthy_run_in_lineage_space() RETURNS trigger LANGUAGE plpg
 DECLARE lineage text; space text;
 BEGIN
     SELECT name INTO lineage FROM label_sets WHERE id = NEW.label_set_id;
-    IF lineage IS NULL THEN
-        RETURN NEW;
+    IF lineage IS NULL OR NOT EXISTS (SELECT 1 FROM embedding_models WHERE name = NEW.embed_model) THEN
+        RETURN NEW;  -- a model no vector can be stored for: nothing to mix
     END IF;
     INSERT INTO lineage_spaces (name, model) VALUES (lineage, NEW.embed_model) ON CONFLICT DO NOTHING;
     SELECT model INTO space FROM lineage_spaces WHERE name = lineage;
