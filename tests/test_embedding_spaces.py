@@ -196,6 +196,29 @@ def test_use_neighbours_are_found_in_sql_exactly_and_through_their_hnsw_index(us
     assert "knn_vectors_hnsw_use_multilingual_v3" in plan
 
 
+def test_a_new_label_recalibrates_the_use_lineage_incrementally_in_its_space(use_db, spanish, predicted):
+    """A label for one of U's claims versions the lineage; its calibration in force is brought up to
+    date incrementally (the parent's vectors read by the binary COPY), in USE, equal to a full run."""
+    from checkworthy.runs.recalibration import recalibrate_lineage, spec_from_run
+    from checkworthy.store.lineages import set_head, target_claim_ids
+    from checkworthy.testing.worlds import assert_equals_full
+
+    lab, _, _ = spanish
+    lineage = f"{store_dataset(lab)}:labeled"
+    with use_db.begin() as conn:
+        members = store.label_set_claims(conn, predicted["label_set_id"])
+        new = store.create_label_set(conn, lineage, [*members, predicted["claim_ids"][0]])
+        assert set_head(conn, lineage, new, "labels")
+    (outcome,) = recalibrate_lineage(use_db, lineage, new)
+    with use_db.connect() as conn:
+        run = conn.execute(text("SELECT * FROM calibration_runs WHERE id = :r"),
+                           {"r": outcome.run_id}).mappings().one()
+        targets = target_claim_ids(conn, lineage)[run["target"]]
+    assert (outcome.mode, outcome.parent_run_id) == ("incremental", predicted["id"])
+    assert run["embed_model"] == USE_MULTILINGUAL and run["label_set_id"] == new
+    assert_equals_full(use_db, spec_from_run(run, new, targets), run["id"])
+
+
 def _columns(conn) -> dict[str, str]:
     return dict(conn.execute(text(
         """SELECT c.relname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
