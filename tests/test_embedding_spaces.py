@@ -184,6 +184,8 @@ def test_use_neighbours_are_found_in_sql_exactly_and_through_their_hnsw_index(us
                     "enable_sort": "off", "plan_cache_mode": "force_custom_plan"}
         with local_settings(conn, settings):
             plan = "\n".join(conn.execute(text("EXPLAIN " + hnsw_knn_sql(512).text), params).scalars())
+            minilm_plan = "\n".join(conn.execute(text("EXPLAIN " + hnsw_knn_sql(384).text),
+                                                 params | {"embed_model": MINILM}).scalars())
         n_vectors = conn.execute(text("SELECT count(*) FROM knn_vectors WHERE model = :m"),
                                  {"m": USE_MULTILINGUAL}).scalar_one()
     assert len(exact.claim_ids) == len(ids) == 8 and n_vectors >= 24
@@ -193,7 +195,9 @@ def test_use_neighbours_are_found_in_sql_exactly_and_through_their_hnsw_index(us
     # 24 labelled texts, 80 candidates: the index finds every true neighbour
     assert np.array_equal(approx.neighbour_ids, exact.neighbour_ids)
     assert np.allclose(approx.distances, exact.distances, atol=1e-6)
-    assert "knn_vectors_hnsw_use_multilingual_v3" in plan
+    # each model's search reads its own partial index
+    assert "Index Scan using knn_vectors_hnsw_use_multilingual_v3 on" in plan
+    assert "Index Scan using knn_vectors_hnsw on" in minilm_plan
 
 
 def test_a_new_label_recalibrates_the_use_lineage_incrementally_in_its_space(use_db, spanish, predicted):
