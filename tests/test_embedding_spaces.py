@@ -223,6 +223,36 @@ def test_a_new_label_recalibrates_the_use_lineage_incrementally_in_its_space(use
     assert_equals_full(use_db, spec_from_run(run, new, targets), run["id"])
 
 
+def test_a_served_window_of_the_use_lineage_embeds_and_calibrates_in_use(use_db, predicted):
+    """Texts submitted to the Spanish lineage's run are embedded in USE, found neighbours in USE, and
+    the window's run is in the lineage's space."""
+    from functools import partial
+
+    from checkworthy.config import load_params
+    from checkworthy.runs.served_run import ServedRun, matching_scorer
+    from checkworthy.store.api_keys import create_key
+
+    texts = ["El Gobierno bajó el IVA de la luz al 5% en 2021.", "Buenos días a todos, feliz lunes."]
+    with use_db.begin() as conn:
+        key, _ = create_key(conn, "spaces-test", "scorer")
+    served = ServedRun(use_db, predicted["id"], partial(matching_scorer, load_params()))
+    try:
+        got = served.submit(texts, key.id, "sentences")
+    finally:
+        served.close()
+    with use_db.connect() as conn:
+        window = conn.execute(text("SELECT embed_model, status FROM calibration_runs WHERE id = :r"),
+                              {"r": got.run_id}).one()
+        stored = conn.execute(text("SELECT model, vector_dims(embedding) FROM embeddings WHERE text_hash = ANY(:h)"),
+                              {"h": [store.sha256_text(t) for t in texts]}).all()
+    assert tuple(window) == (USE_MULTILINGUAL, "complete") and set(stored) == {(USE_MULTILINGUAL, 512)}
+    r = got.results[0]
+    q = embed(USE_MULTILINGUAL, texts[:1])[0]
+    with use_db.connect() as conn:
+        vectors = claim_embeddings(conn, [n.claim_id for n in r.neighbours], USE_MULTILINGUAL)
+    assert np.allclose([n.distance for n in r.neighbours], 1 - vectors @ q, atol=1e-5)
+
+
 def _columns(conn) -> dict[str, str]:
     return dict(conn.execute(text(
         """SELECT c.relname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
