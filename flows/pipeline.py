@@ -253,7 +253,7 @@ def recalibrate_flow(label_set_names: list[str] | None = None, ctx: FlowContext 
         if not verdict.success:
             out.skipped.append(lin.lineage)
             continue
-        embed_task(lin.calibration_ids, ctx)  # newly labelled claims need a vector ...
+        embed_task(lin.calibration_ids, ctx, lin.lineage)  # newly labelled claims need a vector ...
         score_in_force_task(lin.lineage, lin.label_set_id, params, ctx)  # ... and scores
         out.runs += recalibrate_lineage_task(lin.lineage, lin.label_set_id, verdict.validation_run_id, dv,
                                              ctx)

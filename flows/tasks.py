@@ -137,9 +137,9 @@ def validate_task(label_set_id: int, bounds: validation.Bounds, dv: int | None,
 
 
 @task(name="embed", **MODEL)
-def embed_task(claim_ids: list[int], ctx: FlowContext) -> int:
-    """Embed every claim text that has no vector yet."""
-    return embed_claims(engine_for(ctx), claim_ids)
+def embed_task(claim_ids: list[int], ctx: FlowContext, lineage: str | None = None) -> int:
+    """Embed every claim text that has no vector yet (in ``lineage``'s embedding space, if named)."""
+    return embed_claims(engine_for(ctx), claim_ids, lineage)
 
 
 @task(name="score", task_run_name="score {model}", **MODEL)

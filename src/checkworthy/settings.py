@@ -50,6 +50,10 @@ class PredictSettings(Section):
     delta: OpenUnit = 0.1
     knn: Literal["exact", "hnsw"] = "exact"
     ef_search: EfSearch = EF_SEARCH
+    #: a new lineage's embedding space: ``auto`` (MiniLM for English labels, else USE multilingual
+    #: v3; docs/method.md, "A lineage's embedding space") or a model's name
+    #: (:data:`checkworthy.scorers.embedders.MODELS`, checked where it is looked up)
+    embedding: str = "auto"
 
 
 class AdaptSection(Section):

@@ -31,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--prior", choices=("labelled", "batch"),
                     help="decide for the labelled file's share of check-worthy claims (labelled) or for the "
                          "batch's, estimated under label shift (batch); default: predict.prior")
+    pr.add_argument("--embedding",
+                    help="the lineage's embedding space for kNN, drift and the heads: auto (MiniLM when the "
+                         "labelled claims are English, else use-multilingual-v3), all-MiniLM-L6-v2 or "
+                         "use-multilingual-v3; a lineage keeps its first space (default: predict.embedding)")
     add_review_options(pr, (None, None, None))
     add_knn_options(pr, (None, None))
     add_name_option(pr)
@@ -40,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """Score L and U with the recommended model, calibrate U against L, write OUT."""
     from checkworthy.report.console import print_outcome
-    from checkworthy.runs.predict import PredictRequest, Recommended, predict
+    from checkworthy.runs.predict import PredictRequest, Recommended, check_embedding, predict
     from checkworthy.settings import Settings, load_settings
 
     problem = output_file("--out", args.out, [args.labelled, args.unlabelled])
@@ -50,14 +54,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(problem)
     settings = load_settings(Path(args.params)) if args.params else Settings()
     options = ("model", "score_kind", "k", "alpha", "threshold", "interval", "correction", "prior",
-               "review_risk", "max_risk", "delta", "knn", "ef_search")
+               "review_risk", "max_risk", "delta", "knn", "ef_search", "embedding")
     rec = Recommended.of(settings.predict, **{name: getattr(args, name) for name in options})
     try:
         rec.methods  # noqa: B018 - refuses an unknown method or a bound outside (0, 1)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    option = "predict.embedding" if args.embedding is None else "--embedding"
+    check_embedding(rec.embedding, option)
     request = PredictRequest(Path(args.labelled), Path(args.unlabelled), Path(args.out), args.name,
-                             model_given=args.model is not None or args.score_kind is not None)
+                             model_given=args.model is not None or args.score_kind is not None,
+                             embedding_option=option)
     done = predict(request, settings, rec)
     rec = done.rec
     print_outcome(done.outcome, f"{rec.model} {rec.score_kind}, correction {rec.correction}, "

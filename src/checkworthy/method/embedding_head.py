@@ -2,11 +2,13 @@
 
 NN-PPI corrects a score with its neighbours' residuals, but Gemma 3 270M's scores carry little
 signal (its raw weighted F1 is the majority-class figure), so most of what NN-PPI gains comes from
-the neighbours' labels. This head uses the same inputs (the MiniLM vectors already stored for the
-kNN, the model's score, L's labels) and nothing else: a regularised logistic regression whose
-strength is chosen by cross-validation on L. Its probability is then a predictor like any other,
-and NN-PPI corrects it with residuals that are **cross-fitted**: each labelled claim's residual
-uses the head fitted without that claim's fold, so no label predicts itself.
+the neighbours' labels. This head uses the same inputs (the vectors already stored for the kNN,
+in the run's embedding space: MiniLM, or USE multilingual v3 for a lineage in other languages,
+migration 0022; the model's score; L's labels) and nothing else: a regularised logistic
+regression whose strength is chosen by cross-validation on L. Its probability is then a
+predictor like any other, and NN-PPI corrects it with residuals that are **cross-fitted**: each
+labelled claim's residual uses the head fitted without that claim's fold, so no label predicts
+itself.
 
 Anything judged on L by leave-one-out (the CV choice of a correction, conformal scores) needs
 one level more: for labelled claim i and its neighbour j, the residual ``Y_j - c_j`` must come

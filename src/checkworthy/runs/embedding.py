@@ -1,6 +1,10 @@
 """Sentence embeddings of stored texts: the texts without a vector are embedded here (model
 inference, in the runs layer) and their vectors handed to :mod:`checkworthy.store.embeddings`,
-which only stores and reads them. Each distinct text is embedded once per model."""
+which only stores and reads them. Each distinct text is embedded once per model.
+
+Also which space a new lineage calibrates in (:func:`auto_space`): MiniLM for English labels,
+Universal Sentence Encoder multilingual otherwise (docs/method.md, "A lineage's embedding space").
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,38 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from checkworthy.scorers.sentence_encoder import Embedder, embed
+from checkworthy.config import EMBED_MODEL
+from checkworthy.data.language import UND, detect
+from checkworthy.scorers.embedders import MINILM, USE_MULTILINGUAL, embed
 from checkworthy.store.embeddings import missing_texts, store_embeddings
+
+#: ``--embedding auto``: MiniLM when at least this share of the labelled claims in a detectable
+#: language are English (MiniLM is an English model; USE multilingual v3 is far better on the
+#: others, docs/method.md "Multilingual embeddings"), else USE multilingual v3
+ENGLISH_SHARE = 0.9
+#: the option's value that chooses by the labels' languages
+AUTO = "auto"
 
 
 def ensure_embeddings(
-    conn: Connection, text_hashes: Sequence[str], batch_size: int = 256, embedder: Embedder = embed
+    conn: Connection, text_hashes: Sequence[str], model: str = EMBED_MODEL, batch_size: int = 256
 ) -> int:
-    """Embed (with ``embedder``, whose model loads on first use) and store every text in
-    ``text_hashes`` that has no vector yet; return how many."""
-    missing = missing_texts(conn, text_hashes)
+    """Embed with ``model`` (loaded on first use) and store every text in ``text_hashes`` that has
+    no ``model`` vector yet; return how many."""
+    missing = missing_texts(conn, text_hashes, model)
     for start in range(0, len(missing), batch_size):
         chunk = missing[start : start + batch_size]
-        store_embeddings(conn, [row.text_hash for row in chunk], embedder([row.text for row in chunk]))
+        store_embeddings(conn, [row.text_hash for row in chunk], embed(model, [row.text for row in chunk]),
+                         model)
     return len(missing)
+
+
+def auto_space(labelled_texts: Sequence[str]) -> str:
+    """The space ``auto`` picks for a new lineage of these labelled texts: MiniLM when the English
+    share of those in a detectable language (:func:`checkworthy.data.language.detect`, the detector
+    whose answers the store keeps) is at least :data:`ENGLISH_SHARE` (or none is detectable), else
+    USE multilingual v3."""
+    codes = [d.code for d in detect(labelled_texts) if d.code != UND]
+    if not codes or sum(c == "en" for c in codes) >= ENGLISH_SHARE * len(codes):
+        return MINILM
+    return USE_MULTILINGUAL

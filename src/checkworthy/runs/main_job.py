@@ -23,8 +23,10 @@ from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.runs.label_updates import store_file_claims
 from checkworthy.runs.scoring import rate_progress, score_missing_alongside
 from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.embedders import MINILM
 from checkworthy.scorers.registry import PromptInfo, configured_scorer, model_entry
 from checkworthy.store import rows as store
+from checkworthy.store.lineages import lineage_space
 
 Echo = Callable[[str], None]
 
@@ -91,10 +93,12 @@ def worker_scorer(params: Mapping[str, Any], spec: str, guidelines: str | None =
     return _scorer(spec, json.dumps(params, sort_keys=True, default=str), guidelines)
 
 
-def embed_claims(engine: Engine, claim_ids: Sequence[int]) -> int:
-    """Embed every claim text that has no stored vector; return how many were embedded."""
+def embed_claims(engine: Engine, claim_ids: Sequence[int], lineage: str | None = None) -> int:
+    """Embed every claim text that has no stored vector in ``lineage``'s space (MiniLM where it
+    has none recorded, or none is named); return how many were embedded."""
     with engine.begin() as conn:
-        return ensure_embeddings(conn, store.claim_text_hashes(conn, claim_ids))
+        model = (lineage_space(conn, lineage) if lineage else None) or MINILM
+        return ensure_embeddings(conn, store.claim_text_hashes(conn, claim_ids), model)
 
 
 def score_claims(

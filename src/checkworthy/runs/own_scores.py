@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +23,18 @@ from sqlalchemy import Connection, Engine
 from checkworthy.data.hashing import sha256_file
 from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
-from checkworthy.errors import DataError, OutputUnwritable
+from checkworthy.errors import DataError, OutputUnwritable, UsageError
 from checkworthy.method import metrics
 from checkworthy.method.drift import Drift
 from checkworthy.runs.calibration import queued_claims
 from checkworthy.runs.calibration_run import RunOutcome, run_or_reuse
 from checkworthy.runs.embedding import ensure_embeddings
 from checkworthy.scorers.base import OK, Score
+from checkworthy.scorers.embedders import MINILM
 from checkworthy.store import rows as store
 from checkworthy.store.calibration_runs import load_results, load_run
 from checkworthy.store.languages import claim_languages, ensure_languages
-from checkworthy.store.lineages import ensure_head, register_target
+from checkworthy.store.lineages import ensure_head, record_space, register_target
 from checkworthy.store.review_queue import entries_of_run
 from checkworthy.store.run_spec import RunContext, RunMethods, RunRecord, RunSpec
 
@@ -174,6 +175,8 @@ class StoredFiles:
     target: str
     #: the sha256 of each text of L then U, in file order (the store's key of a text)
     text_hashes: list[str]
+    #: the lineage's embedding space: the model every text was embedded with, and the run's
+    embed_model: str = MINILM
 
 
 @dataclass(frozen=True)
@@ -224,26 +227,32 @@ def store_labelled(conn: Connection, labelled: Path | UserFile, lab: list[Row],
 
 def store_files(
     engine: Engine, labelled: UserFile, lab: list[Row], unlabelled: UserFile, unl: list[Row],
-    lineage: str | None = None,
+    lineage: str | None = None, embed_model: str | None = None,
 ) -> StoredFiles:
     """Store both files' claims and labels (idempotent: datasets are named by the files' hashes),
-    embed their texts, version ``lineage`` (default: L's own) with L (:func:`store_labelled`) and
+    version ``lineage`` (default: L's own) with L (:func:`store_labelled`), embed their texts in
+    the lineage's space (``embed_model`` for a new lineage, default MiniLM; a lineage's recorded
+    space otherwise: an ``embed_model`` other than it is refused and nothing is stored) and
     register U as a target of the lineage whose labels join it (the team's own batch), in one
     transaction. A named lineage's target names it too: a run is keyed by its labels' content, not
     their lineage, so the run of the same files under another lineage is not reused for it."""
     params = {"labeled_sha256": labelled.sha256, "unlabeled_sha256": unlabelled.sha256}
-    ds_u = unlabelled.dataset
+    ds_u, name = unlabelled.dataset, lineage or labelled.lineage
     with engine.begin() as conn:
         ls = store_labelled(conn, labelled, lab, lineage)
+        space = record_space(conn, name, embed_model or MINILM)
+        if embed_model not in (None, space):
+            raise UsageError(f"--embedding {embed_model}: lineage {name} is in {space}; calibrating it in "
+                             f"{embed_model} would mix embedding spaces")
         u_ids = store.store_claims_with_labels(
             conn, [store.NewClaim(ds_u, "unlabeled", r.id, r.text, r.label) for r in unl],
             f"file:{unlabelled.path}")
         hashes = [store.sha256_text(r.text) for r in lab + unl]
-        ensure_embeddings(conn, hashes)
+        ensure_embeddings(conn, hashes, space)
         ensure_languages(conn, hashes)
         target = f"{ds_u}:unlabeled" if lineage is None else f"{lineage}:{ds_u}:unlabeled"
-        register_target(conn, target, lineage or labelled.lineage, u_ids, held_out=False)
-    return StoredFiles(lab, unl, params, u_ids, ls, target, hashes)
+        register_target(conn, target, name, u_ids, held_out=False)
+    return StoredFiles(lab, unl, params, u_ids, ls, target, hashes, space)
 
 
 @dataclass(frozen=True)
@@ -293,9 +302,11 @@ def run_results(conn: Connection, run: RunOutcome, langs: Mapping[int, str]) -> 
 
 def calibrate_stored(engine: Engine, files: StoredFiles, key: store.ScoreKey, methods: RunMethods,
                      out: Path) -> CalibrateOutcome:
-    """Calibrate the stored U against L under ``key`` by ``methods``, write ``out``, and measure if
-    U has labels. A fresh run's results are the outcome it computed; a reused run's, the store's."""
+    """Calibrate the stored U against L under ``key`` by ``methods`` in the lineage's embedding
+    space, write ``out``, and measure if U has labels. A fresh run's results are the outcome it
+    computed; a reused run's, the store's."""
     unl, u_ids = files.unl, files.u_ids
+    methods = replace(methods, embed_model=files.embed_model)
     labelled_texts = {r.text for r in files.lab}
     in_labelled = [r.line for r in unl if r.text in labelled_texts]
     spec = RunSpec.of(files.target, u_ids, files.label_set_id, key, methods)

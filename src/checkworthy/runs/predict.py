@@ -6,6 +6,7 @@ every text that has no stored score yet, and U is calibrated against L with the 
 correction and interval, through the same store, lineage and run as ``calibrate``. What is
 recommended lives in params.yaml (``predict:``, :class:`checkworthy.settings.PredictSettings`) and
 docs/method.md; a lineage whose own model was promoted (``checkworthy adapt``) uses its champion.
+A lineage calibrates in one embedding space (``--embedding``, :func:`lineage_embedding`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import Engine
 
 from checkworthy.config import ROOT
 from checkworthy.errors import UsageError
+from checkworthy.runs.embedding import AUTO, auto_space
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
     Row,
@@ -31,11 +33,12 @@ from checkworthy.runs.own_scores import (
 )
 from checkworthy.runs.scoring import score_missing
 from checkworthy.scorers.base import Scorer
+from checkworthy.scorers.embedders import MODELS
 from checkworthy.scorers.registry import PromptInfo, configured_scorer
 from checkworthy.settings import PredictSettings, Settings, parse_section
 from checkworthy.store import model_registry as registry
 from checkworthy.store.engine import get_engine
-from checkworthy.store.lineages import lineage_datasets
+from checkworthy.store.lineages import lineage_datasets, lineage_space
 from checkworthy.store.run_spec import RunMethods
 
 #: the score kind an adapted model is calibrated with
@@ -91,10 +94,12 @@ def predict_files(
 ) -> CalibrateOutcome:
     """Store L and U (``files``, each hashed once, and their ``rows`` from :func:`read_files`),
     score their texts with ``scored_by``'s scorer (checked by :func:`check_score_kind`), calibrate
-    U against L (of ``lineage``, default L's own), write ``out``."""
+    U against L (of ``lineage``, default L's own) in ``rec``'s embedding space (``auto``: the
+    lineage's, else MiniLM; :func:`predict` resolves it first), write ``out``."""
     (labelled, unlabelled), (lab, unl) = files, rows
     scorer, prompt = scored_by
-    stored = store_files(engine, labelled, lab, unlabelled, unl, lineage)
+    stored = store_files(engine, labelled, lab, unlabelled, unl, lineage,
+                         None if rec.embedding == AUTO else rec.embedding)
     _, _, keys = score_missing(engine, scorer, stored.text_hashes, prompt)
     return calibrate_stored(engine, stored, keys[rec.score_kind], rec.methods, out)
 
@@ -109,6 +114,8 @@ class PredictRequest:
     out: Path
     lineage: str | None = None
     model_given: bool = False
+    #: the option that named the embedding (``--embedding``, else params.yaml's ``predict.embedding``)
+    embedding_option: str = "predict.embedding"
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,8 @@ def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Pr
     files = UserFile.of(request.labelled), UserFile.of(request.unlabelled)
     engine = get_engine()
     check_lineage_name(engine, request.lineage, files[0])
+    rec = rec.but(embedding=lineage_embedding(engine, rec.embedding, request.lineage or files[0].lineage,
+                                              lab, request.embedding_option))
     params = settings.params
     if not request.model_given:
         params, rec = with_champion(engine, params, rec, request.lineage or files[0].lineage)
@@ -139,6 +148,29 @@ def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Pr
     outcome = predict_files(engine, files, (lab, unl), request.out, rec, (scorer, prompt),
                             lineage=request.lineage)
     return Predicted(outcome, rec)
+
+
+def check_embedding(value: str, option: str = "--embedding") -> None:
+    """``auto`` or a known embedding model, else a :class:`UsageError` naming ``option``."""
+    if value != AUTO and value not in MODELS:
+        raise UsageError(f"{option} {value}: unknown embedding; choose {AUTO} or one of {', '.join(MODELS)}")
+
+
+def lineage_embedding(engine: Engine, embedding: str, lineage: str, lab: list[Row],
+                      option: str = "--embedding") -> str:
+    """The space ``lineage`` calibrates in, checked before anything is stored: its recorded one
+    (``embedding`` must be ``auto`` or the same: another would mix embedding spaces, refused as
+    one line naming ``option``, the lineage and both spaces); for a new lineage ``embedding``, and
+    for ``auto`` the one its labelled texts ``lab`` call for (:func:`auto_space`)."""
+    check_embedding(embedding, option)
+    with engine.connect() as conn:
+        space = lineage_space(conn, lineage)
+    if space is None:
+        return auto_space([r.text for r in lab]) if embedding == AUTO else embedding
+    if embedding not in (AUTO, space):
+        raise UsageError(f"{option} {embedding}: lineage {lineage} is in {space}; calibrating it in "
+                         f"{embedding} would mix embedding spaces (use {space} or {AUTO}, or another --name)")
+    return space
 
 
 def check_lineage_name(engine: Engine, name: str | None, labelled: UserFile) -> None:

@@ -110,8 +110,9 @@ MAX_ADDED_SHARE = 0.5
 #: the parent's rows are examined in blocks of this many, as the COPY delivers them, so that the
 #: unaffected rows of a block are being copied while the next blocks arrive
 PARENT_BLOCK = 16_384
-#: slack of the vector prefilter, in cosine distance: pgvector sums 384 float32 products, so its
-#: distance may be off by up to ~7e-5 from the exact one; numpy's float32 product by ~1e-6
+#: slack of the vector prefilter, in cosine distance: pgvector sums 384 (MiniLM) or 512 (USE)
+#: float32 products, so its distance may be off by up to ~7e-5 (~1e-4) from the exact one; numpy's
+#: float32 product by ~1e-6
 PREFILTER_MARGIN = 1e-3
 
 

@@ -24,6 +24,7 @@ from checkworthy.method.coverage import coverage_order
 from checkworthy.method.drift import CALM
 from checkworthy.method.selective import ReviewRule, review_priority
 from checkworthy.store import review_queue as queue
+from checkworthy.store.calibration_runs import run_embed_models
 from checkworthy.store.embeddings import claim_embeddings
 from checkworthy.store.languages import claim_languages
 
@@ -90,9 +91,29 @@ def entries_to_export(conn: Connection, limit: int | None, target: str | None, o
     ids = [r["claim_id"] for r in rows]
     drift = queue.open_drift_claims(conn, ids)
     beyond = np.array([c in drift for c in ids], dtype=bool)
-    vectors = claim_embeddings(conn, ids) if beyond.any() else np.zeros((len(ids), 1))
+    vectors = (space_vectors(conn, ids, [r["run_id"] for r in rows]) if beyond.any()
+               else np.zeros((len(ids), 1)))
     picked = coverage_order(vectors, beyond, [r["priority"] for r in rows], seed)
     return [rows[i] for i in picked[:limit]]
+
+
+def space_vectors(conn: Connection, claim_ids: Sequence[int], run_ids: Sequence[int]) -> NDArray[np.float64]:
+    """Each claim's vector in the space of the run that queued it (``run_ids``, row by row). Claims
+    of runs in different spaces sit in orthogonal blocks (one block of columns per model, zeros
+    elsewhere): vectors of two models are not comparable, so each space is a region of its own,
+    at cosine distance 1 from the others."""
+    spaces = run_embed_models(conn, run_ids)
+    models = sorted({spaces[int(r)] for r in run_ids})
+    blocks = []
+    for model in models:
+        rows = [i for i, r in enumerate(run_ids) if spaces[int(r)] == model]
+        blocks.append((rows, claim_embeddings(conn, [claim_ids[i] for i in rows], model)))
+    out = np.zeros((len(claim_ids), sum(v.shape[1] for _, v in blocks)))
+    col = 0
+    for rows, v in blocks:
+        out[rows, col: col + v.shape[1]] = v
+        col += v.shape[1]
+    return out
 
 
 def write_export(rows: Sequence[Mapping[str, Any]], out: Path, fmt: str) -> None:

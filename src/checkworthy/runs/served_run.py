@@ -244,7 +244,7 @@ class ServedRun:
         stored first where missing (content-addressed, as for a submission); nothing else is written."""
         with self.engine.begin() as conn:
             hashes = store.claim_text_hashes(conn, claim_ids)
-            ensure_embeddings(conn, hashes)
+            ensure_embeddings(conn, hashes, self.spec.methods.embed_model)
             ensure_languages(conn, hashes)
         with self._score_lock:
             score_missing(self.engine, self.scorer, hashes, self.prompt)
@@ -256,7 +256,7 @@ class ServedRun:
         hashes = [store.sha256_text(t) for t in texts]
         with self.engine.begin() as conn:
             store.store_texts(conn, list(dict.fromkeys(texts)))
-            ensure_embeddings(conn, hashes)
+            ensure_embeddings(conn, hashes, self.spec.methods.embed_model)
             ensure_languages(conn, hashes)
         with self._score_lock:  # one model, one batch at a time (the model is not thread-safe)
             score_missing(self.engine, self.scorer, hashes, self.prompt)

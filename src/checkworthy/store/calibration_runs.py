@@ -181,6 +181,13 @@ def run_statuses(conn: Connection, run_ids: Sequence[int]) -> dict[int, str]:
                              {"i": [int(i) for i in run_ids]}).tuples().all())
 
 
+def run_embed_models(conn: Connection, run_ids: Sequence[int]) -> dict[int, str]:
+    """Each run's embedding model (its lineage's space), by run id."""
+    rows = conn.execute(text("SELECT id, embed_model FROM calibration_runs WHERE id = ANY(:r)"),
+                        {"r": [int(r) for r in run_ids]}).all()
+    return {int(r.id): r.embed_model for r in rows}
+
+
 def load_run(conn: Connection, run_id: int) -> Mapping[str, Any]:
     """A run's row as a mapping."""
     return cast(Mapping[str, Any], conn.execute(

@@ -9,9 +9,13 @@ Exact by default: the labelled set is materialised once and each query claim's n
 a top-k sort over all of it, so no approximate index is involved. Ties are broken by the
 neighbour's claim id, so the answer is deterministic.
 
+Every statement reads the vectors of one model (``:embed_model``, the run's: its lineage's space),
+so a distance is always between two vectors of one space.
+
 Approximate on request (:class:`KnnPath` ``hnsw``): the pool's texts are searched in
-``knn_vectors`` under pgvector's HNSW index (migration 0012: the vectors at half precision, which
-only guides the search), restricted to the pool by pgvector's iterative index scan (strict order),
+``knn_vectors`` under pgvector's HNSW index of the run's model (migrations 0012 and 0022: one
+partial index per model, the vectors at half precision of the model's dimension, which only
+guides the search), restricted to the pool by pgvector's iterative index scan (strict order),
 ``ef_search`` candidates per layer-0 search; each text found expands to its pool claims, nearest
 first by the full-precision distance, ties by claim id as on the exact path. Same answer shape,
 same distances for the neighbours it finds; it may miss a true neighbour (a run records its recall
@@ -22,13 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, TextClause, text
 
-from checkworthy.config import EF_SEARCH, EMBED_DIM, EMBED_MODEL
+from checkworthy.config import EF_SEARCH, EMBED_MODEL
+from checkworthy.store.embeddings import model_dimension
 from checkworthy.store.engine import local_settings
 from checkworthy.store.rows import ScoreKey, bigint_array
 
@@ -56,9 +62,13 @@ QUERY_CLAIMS = """SELECT c.id AS claim_id, c.text_hash, e.embedding
     JOIN embeddings e ON e.text_hash = c.text_hash AND e.model = :embed_model"""
 #: a query claim's distance to a pool member, inside the kNN statements below
 NEIGHBOUR_DISTANCE = cosine_distance("lab.embedding", "q.embedding")
-#: the expression the HNSW index orders by (migration 0012's index expression, at half precision)
-HALF_PRECISION_DISTANCE = cosine_distance(f"(v.embedding::halfvec({EMBED_DIM}))",
-                                          f"(q.embedding::halfvec({EMBED_DIM}))")
+
+
+def half_precision_distance(dim: int) -> str:
+    """The expression a model's HNSW index orders by: its index expression (migration 0022's partial
+    index of ``dim``-dimensional vectors, at half precision)."""
+    return cosine_distance(f"(v.embedding::halfvec({dim}))", f"(q.embedding::halfvec({dim}))")
+
 
 KNN_SQL = text(
     f"""
@@ -82,13 +92,15 @@ ORDER BY q.claim_id, n.distance, n.neighbour_id
 """
 )
 
-#: :data:`KNN_SQL` through the HNSW index: each query's :k nearest pool texts (``:pool_hashes``,
-#: the pool's distinct texts) by an ordered index scan at half precision, with their full-precision
-#: distances, then (one hash join, after every search: ``near`` is materialised, else the planner
-#: may probe the whole pool once per query) their pool claims, nearest first, ties by claim id;
-#: k texts hold at least k claims
-HNSW_KNN_SQL = text(
-    f"""
+@cache
+def hnsw_knn_sql(dim: int) -> TextClause:
+    """:data:`KNN_SQL` through the HNSW index of ``dim``-dimensional vectors: each query's :k
+    nearest pool texts (``:pool_hashes``, the pool's distinct texts) by an ordered index scan at
+    half precision, with their full-precision distances, then (one hash join, after every search:
+    ``near`` is materialised, else the planner may probe the whole pool once per query) their pool
+    claims, nearest first, ties by claim id; k texts hold at least k claims. The model's partial
+    index serves it because the statement is planned for its values (``plan_cache_mode``)."""
+    return text(f"""
 WITH pool AS MATERIALIZED (
     SELECT i.claim_id, i.label, c.text_hash, p.score
     FROM {LABELLED_POOL}
@@ -101,7 +113,7 @@ WITH pool AS MATERIALIZED (
         FROM knn_vectors v
         WHERE v.model = :embed_model AND v.text_hash = ANY(CAST(:pool_hashes AS text[]))
           AND NOT (:leave_one_out AND v.text_hash = q.text_hash)
-        ORDER BY {HALF_PRECISION_DISTANCE}
+        ORDER BY {half_precision_distance(dim)}
         LIMIT :k) t
 ), ranked AS (
     SELECT near.claim_id, pool.claim_id AS neighbour_id, near.distance, pool.label, pool.score,
@@ -110,8 +122,7 @@ WITH pool AS MATERIALIZED (
 )
 SELECT claim_id, neighbour_id, distance, label, score FROM ranked WHERE n <= :k
 ORDER BY claim_id, distance, neighbour_id
-"""
-)
+""")
 
 #: copy the embeddings of a label set's texts into the HNSW-indexed table (what is there stays)
 INDEX_LABELLED_SQL = text(
@@ -214,8 +225,8 @@ class Pool:
 
 #: the kNN paths a run may take
 KNN_PATHS = ("exact", "hnsw")
-#: the HNSW index's build parameters (migration 0012); the candidates a search keeps by default
-#: are ``config.EF_SEARCH``
+#: the HNSW index's build parameters (migration 0012; since 0022, each model's partial index); the
+#: candidates a search keeps by default are ``config.EF_SEARCH``
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 200
 
 
@@ -301,7 +312,7 @@ def _nearest(conn: Connection, params: dict[str, Any], knn: KnnPath) -> Neighbou
         settings = {"hnsw.ef_search": str(knn.ef_search), "hnsw.iterative_scan": "strict_order",
                     "enable_seqscan": "off", "enable_sort": "off", "plan_cache_mode": "force_custom_plan"}
         with local_settings(conn, settings):
-            rows = conn.execute(HNSW_KNN_SQL, params).all()
+            rows = conn.execute(hnsw_knn_sql(model_dimension(conn, params["embed_model"])), params).all()
     if len(rows) % k:
         raise ValueError(f"label set {label_set_id} has fewer than k={k} scored, embedded claims")
     arr = np.array([(r.claim_id, r.neighbour_id, r.distance, r.label, r.score) for r in rows])

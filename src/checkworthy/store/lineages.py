@@ -258,3 +258,18 @@ def claims_of_lineage(conn: Connection, name: str, keys: Sequence[tuple[str, str
         {"n": name, "d": [k[0] for k in keys], "i": [k[1] for k in keys]},
     ).all()
     return {(r.dataset, r.source_id): r.id for r in rows}
+
+
+def lineage_space(conn: Connection, name: str) -> str | None:
+    """The embedding model a lineage calibrates in (``lineage_spaces``, migration 0022); None for a
+    lineage that has recorded none yet (its first run or :func:`record_space` records it)."""
+    return conn.execute(text("SELECT model FROM lineage_spaces WHERE name = :n"), {"n": name}).scalar()
+
+
+def record_space(conn: Connection, name: str, model: str) -> str:
+    """Record ``model`` as the lineage's space unless it has one; return the space it is in (the
+    one recorded first: a lineage never changes space)."""
+    conn.execute(text("INSERT INTO lineage_spaces (name, model) VALUES (:n, :m) ON CONFLICT DO NOTHING"),
+                 {"n": name, "m": model})
+    return cast(str, conn.execute(text("SELECT model FROM lineage_spaces WHERE name = :n"),
+                                  {"n": name}).scalar_one())

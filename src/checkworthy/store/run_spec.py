@@ -44,6 +44,7 @@ class RunMethods:
     alpha: float = 0.05
     threshold: float = THRESHOLD
     interval_method: str = "z"
+    #: the embedding space neighbours are found in (its lineage's: migration 0022)
     embed_model: str = EMBED_MODEL
     #: point correction (a :data:`RUN_CORRECTIONS` name)
     correction: str = DEFAULT_CORRECTION
