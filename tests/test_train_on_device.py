@@ -60,3 +60,43 @@ def test_a_changed_or_missing_piece_is_refused(packed, tmp_path):
         script["rebuild"]([*packed[:-1], changed], tmp_path / "out")
     with pytest.raises(SystemExit, match="pieces missing: rest.1"):
         script["rebuild"]([packed[0], packed[-1]], tmp_path / "out")
+
+
+def test_a_piece_larger_than_the_room_left_is_cut_at_the_folders_end_and_joined_again(tmp_path):
+    pieces = [("a", b"x" * 6), ("b", bytes(range(13))), ("c", b"yy")]
+    layout, split = script["fill"](pieces, 8)
+    assert [[(n, len(d)) for n, d in f] for f in layout] == [[("a", 6), ("b.p0", 2)], [("b.p1", 8)],
+                                                             [("b.p2", 3), ("c", 2)]]
+    assert split == {"b": 3}
+    find = {}
+    for files in layout:
+        for name, data in files:
+            (tmp_path / name).write_bytes(data)
+            find[name] = tmp_path / name
+    meta = {"split": split}
+    assert script["piece"](find, meta, "b") == bytes(range(13)) and script["piece"](find, meta, "c") == b"yy"
+    del find["b.p1"]
+    with pytest.raises(SystemExit, match="pieces missing: b.p1"):
+        script["piece"](find, meta, "b")
+
+
+def test_unpack_puts_the_packages_and_the_data_in_place_and_never_overwrites_data(tmp_path):
+    part = tmp_path / "part0"
+    part.mkdir()
+    raw = tmp_path / "src" / "raw"
+    (raw / "tweets").mkdir(parents=True)
+    (raw / "tweets" / "a.tsv").write_text("tweet_id\ttweet_text\n")
+    site = script["packages_archive"]([])
+    layout, split = script["fill"]([("site.tar.xz", site), ("data.tar.xz", script["folder_archive"](raw))],
+                                   len(site) // 2)
+    for i, files in enumerate(layout):
+        (tmp_path / f"part{i}").mkdir(exist_ok=True)
+        for name, data in files:
+            (tmp_path / f"part{i}" / name).write_bytes(data)
+    (part / "meta.json").write_text(json.dumps({"split": split}))
+    dirs = sorted(tmp_path.glob("part*"))
+    script["unpack"](dirs, tmp_path / "site", tmp_path / "data")
+    assert (tmp_path / "site" / "pydantic" / "__init__.py").exists()
+    assert (tmp_path / "data" / "raw" / "tweets" / "a.tsv").read_text() == "tweet_id\ttweet_text\n"
+    with pytest.raises(SystemExit, match="exists: not overwritten"):
+        script["unpack"](dirs, tmp_path / "site2", tmp_path / "data")
