@@ -76,6 +76,16 @@ def test_a_second_evaluation_reuses_every_score_and_run(engine, measured):
     assert [(m.run_id, m.figures) for m in again] == [(m.run_id, m.figures) for m in rows]
 
 
+def test_only_the_named_methods_are_run_and_their_runs_are_the_same(engine, measured):
+    rows, _, _, work = measured
+    before = table_counts(engine)
+    quick, _, _ = held_out.evaluate_held_out(engine, [LR], limit=20, work_dir=work, only=("recommended",))
+    assert table_counts(engine) == before
+    assert {m.method for m in quick} == {"raw score at 0.5", "recommended"}
+    kept = [(m.method, m.event, m.run_id, m.figures) for m in rows if m.method in ("raw score at 0.5", "recommended")]
+    assert [(m.method, m.event, m.run_id, m.figures) for m in quick] == kept
+
+
 def test_the_report_leads_with_the_spread_across_events(measured, tmp_path):
     rows, chosen_by, events, _ = measured
     md = report.write(tmp_path, rows, chosen_by, events, "the recommended path").read_text()
