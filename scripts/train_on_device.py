@@ -274,7 +274,8 @@ def rebuild(dirs: list[Path], target: Path) -> Path:
 
 
 def train(dirs: list[Path], out: Path, name: str, spec: FineTuning, examples: int | None,
-          multilingual: bool = False, score_limit: int | None = None) -> None:
+          multilingual: bool = False, score_limit: int | None = None, without_team_labels: bool = False
+          ) -> None:
     """Rebuild, convert, check the kept tokens, then fine-tune as ``spec`` says into ``out``
     (``multilingual``: on the multilingual set, then score every group's L and U on ``spec``'s
     device into ``out/scores.json``, the first ``score_limit`` texts of each where given)."""
@@ -294,7 +295,7 @@ def train(dirs: list[Path], out: Path, name: str, spec: FineTuning, examples: in
     missing = set(used_tokens(multilingual)) - kept
     if missing:
         raise SystemExit(f"{len(missing)} tokens read in training have no embedding row here")
-    data = multilingual_training_data() if multilingual else None
+    data = multilingual_training_data(without_team_labels=without_team_labels) if multilingual else None
     try:
         art = train_lora(name, spec, data, examples=examples, root=out, echo=print)
     except Exception as exc:  # after the artefact is written, its CPU (ONNX) evaluation
@@ -371,6 +372,8 @@ def main() -> None:
     t.add_argument("--lr", type=float, help="the adapter's peak learning rate (default: the base's, 3e-4)")
     t.add_argument("--multilingual", action="store_true",
                    help="train on the multilingual set, then score every group's L and U (OUT/scores.json)")
+    t.add_argument("--without-team-labels", action="store_true",
+                   help="with --multilingual: leave every group's L out of training too (out-of-sample L)")
     t.add_argument("--score-limit", type=int,
                    help="score only the first this many of each L and U (a dry run)")
     p.add_argument("--data", action="store_true", help="send data/raw too (data.tar.xz, for unpack)")
@@ -390,11 +393,14 @@ def main() -> None:
     else:
         if args.score_limit is not None and args.score_limit < 1:
             ap.error(f"--score-limit must be at least 1, got {args.score_limit}")
+        if args.without_team_labels and not args.multilingual:
+            ap.error("--without-team-labels needs --multilingual")
         from checkworthy.runs.train_lora import FineTuning
 
         spec = FineTuning.for_base("gemma3-270m", epochs=args.epochs, rank=args.rank,
                                    batch_size=args.batch_size, lr=args.lr, device=args.device)
-        train(args.dirs, args.out, args.name, spec, args.examples, args.multilingual, args.score_limit)
+        train(args.dirs, args.out, args.name, spec, args.examples, args.multilingual, args.score_limit,
+              args.without_team_labels)
 
 
 if __name__ == "__main__":

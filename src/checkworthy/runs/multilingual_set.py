@@ -127,12 +127,15 @@ def capped(groups: dict[str, list[Claim]], sources: Sequence[str], banned: set[s
     return {g: [c for c in groups[g] if normalise_text(c.text) in kept] for g in sources}
 
 
-def multilingual_training_data(debate_cap: int = DEBATE_CAP) -> TrainingData:
+def multilingual_training_data(debate_cap: int = DEBATE_CAP, without_team_labels: bool = False
+                                ) -> TrainingData:
     """The multilingual training set's :class:`TrainingData` (see the module's docstring): its
     groups are the English debates' (calibration sets included, as :func:`load_groups` draws them
     with params.yaml's seed and sizes), every tweet file, each language group's U as
     ``held-out:<group>`` and the excluded test splits; the debates' sources hold only the
-    sample of ``debate_cap`` texts."""
+    sample of ``debate_cap`` texts. ``without_team_labels``: each group's L is left out too
+    (``team-labels:<group>``), so that predict calibrating on L sees out-of-sample scores, as a
+    team's own labels would be."""
     if debate_cap < 0:
         raise ValueError(f"debate_cap must be at least 0, got {debate_cap}")
     settings = load_settings()
@@ -140,6 +143,8 @@ def multilingual_training_data(debate_cap: int = DEBATE_CAP) -> TrainingData:
     english = load_groups(seed, n_per_class)
     tweets = tweet_groups()
     held = {f"held-out:{g.name}": g.held_out for g in language_groups()}
+    if without_team_labels:
+        held |= {f"team-labels:{g.name}": g.labelled for g in language_groups()}
     exclude = (*DEFAULT_EXCLUDE, *TWEET_TEST_SPLITS, *held)
     groups = english | tweets | held
     banned = {normalise_text(c.text) for g in exclude for c in groups[g]}
