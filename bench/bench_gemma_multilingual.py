@@ -1,0 +1,107 @@
+"""The multilingual Gemma 3 270M LoRA on every language, from its scores made on the GPU.
+
+``scripts/train_on_device.py train --multilingual`` fine-tunes Gemma 3 270M (LoRA) on every
+language's shared tweets and 4,000 English debate sentences, then scores each group of
+:func:`checkworthy.runs.multilingual_set.language_groups` (a team's labels L, 1,000 claims, and the
+held-out batch U, 300) on the GPU into ``scores.json``. Two runs are kept under ``bench/scores/``
+(xz): ``gemma-lora-ml`` (the versioned model: its training holds every L, so its scores of L are
+in-sample) and ``gemma-lora-ml-without-team-labels`` (``--without-team-labels``: no L was trained
+on, as a team's own labels would not be). Only the second may be calibrated on L: figures that fit
+anything on L read it.
+
+Per group, on U's labels: the model's positive-class F1 at 0.5 and ROC AUC; the reference, char
+n-gram TF-IDF (2-5) + class-balanced logistic regression fitted on L; and the **stack**: a
+class-balanced logistic regression fitted on L over three logits, the model's, TF-IDF's and a
+logistic head's on Universal Sentence Encoder multilingual v3 vectors (the last two cross-fitted on
+L, 5 folds), deciding at 0.5. Mean and spread over Arabic, Spanish, Dutch, Bulgarian and Turkish.
+Nothing here runs the model: the scores are the GPU's (the model scores ~16 claims/s on 2 CPU cores,
+docs/scale.md). Prints the table and a JSON line. Run from the repository root:
+``.venv/bin/python -m bench.bench_gemma_multilingual [SCORES.json.xz]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import cross_val_predict
+
+from checkworthy.method.metrics import per_class, roc_auc
+from checkworthy.runs.multilingual_set import Group, language_groups
+from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
+
+SCORES = Path(__file__).parent / "scores" / "gemma-lora-ml-without-team-labels.json.xz"
+LANGUAGES = ("ar-tweets", "es-tweets", "nl-tweets", "bg-tweets", "tr-tweets")
+
+
+def logit(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    """log(p / (1 - p)), p held within [1e-5, 1 - 1e-5]."""
+    q = np.clip(p, 1e-5, 1 - 1e-5)
+    return np.log(q / (1 - q))
+
+
+def f1(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
+    """Positive-class F1 of ``p >= 0.5``."""
+    return float(per_class(y, (p >= 0.5).astype(int))[1]["f1"])
+
+
+def balanced() -> LogisticRegression:
+    return LogisticRegression(max_iter=3000, class_weight="balanced")
+
+
+def figures(group: Group, scores: dict[str, list[list[object]]]) -> dict[str, float]:
+    """The model, TF-IDF on L and the stack on one group's U."""
+    def read(part: str, claims: list) -> NDArray[np.float64]:
+        by_hash = {h: p for h, _, p in scores[part]}
+        return np.array([by_hash[hashlib.sha256(c.text.encode()).hexdigest()] for c in claims], dtype=float)
+
+    lab, held = group.labelled, group.held_out
+    y_l = np.array([c.label for c in lab]); y_u = np.array([c.label for c in held])
+    m_l, m_u = logit(read("labelled", lab)), logit(read("held_out", held))
+    tfidf = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True)
+    x_l = tfidf.fit_transform([c.text for c in lab]); x_u = tfidf.transform([c.text for c in held])
+    t_u_p = balanced().fit(x_l, y_l).predict_proba(x_u)[:, 1]
+    t_l = logit(cross_val_predict(balanced(), x_l, y_l, cv=5, method="predict_proba")[:, 1])
+    e_l = embed(USE_MULTILINGUAL, [c.text for c in lab]); e_u = embed(USE_MULTILINGUAL, [c.text for c in held])
+    u_l = logit(cross_val_predict(balanced(), e_l, y_l, cv=5, method="predict_proba")[:, 1])
+    u_u = logit(balanced().fit(e_l, y_l).predict_proba(e_u)[:, 1])
+    stack = balanced().fit(np.c_[m_l, t_l, u_l], y_l).predict_proba(np.c_[m_u, logit(t_u_p), u_u])[:, 1]
+    model_u = 1 / (1 + np.exp(-m_u))
+    return {"model_f1": f1(y_u, model_u), "model_auc": roc_auc(y_u, model_u),
+            "tfidf_f1": f1(y_u, t_u_p), "tfidf_auc": roc_auc(y_u, t_u_p),
+            "stack_f1": f1(y_u, stack), "stack_auc": roc_auc(y_u, stack),
+            "n_labelled": len(lab), "n_held_out": len(held)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scores", nargs="?", type=Path, default=SCORES, help="scores.json(.xz) of train --multilingual")
+    args = ap.parse_args()
+    raw = args.scores.read_bytes()
+    scores = json.loads(lzma.decompress(raw) if args.scores.suffix == ".xz" else raw)
+    rows = {g.name: figures(g, scores[g.name]) for g in language_groups()}
+    print(f"scores: {args.scores.name}")
+    print("| group | L | U | model F1 | model AUC | TF-IDF on L F1 | AUC | stack F1 | stack AUC |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['n_labelled']} | {r['n_held_out']} | {r['model_f1']:.3f} | {r['model_auc']:.3f} | "
+              f"{r['tfidf_f1']:.3f} | {r['tfidf_auc']:.3f} | {r['stack_f1']:.3f} | {r['stack_auc']:.3f} |")
+    summary = {}
+    for key in ("model_f1", "tfidf_f1", "stack_f1", "model_auc", "tfidf_auc", "stack_auc"):
+        v = [rows[n][key] for n in LANGUAGES]
+        summary[key] = {"mean": round(float(np.mean(v)), 3), "min": round(min(v), 3), "max": round(max(v), 3)}
+    for key, s in summary.items():
+        print(f"{key} over ar, es, nl, bg, tr: mean {s['mean']:.3f} ({s['min']:.3f}-{s['max']:.3f})")
+    print(json.dumps({"bench": "gemma_multilingual", "scores": args.scores.name, "groups": rows,
+                      "over_languages": summary}))
+
+
+if __name__ == "__main__":
+    main()
