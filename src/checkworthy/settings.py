@@ -50,6 +50,9 @@ class PredictSettings(Section):
     delta: OpenUnit = 0.1
     knn: Literal["exact", "hnsw"] = "exact"
     ef_search: EfSearch = EF_SEARCH
+    #: the model of a lineage whose labels are not English (:func:`checkworthy.runs.predict.
+    #: english_labels`); ``model`` stays English lineages' (docs/method.md, "Every language")
+    model_other_languages: str = "classifier:multilingual-tweets"
 
 
 class AdaptSection(Section):

@@ -5,12 +5,14 @@ L has ``id,text,label``, U ``id,text[,label]``. Both are validated like ``calibr
 every text that has no stored score yet, and U is calibrated against L with the recommended
 correction and interval, through the same store, lineage and run as ``calibrate``. What is
 recommended lives in params.yaml (``predict:``, :class:`checkworthy.settings.PredictSettings`) and
-docs/method.md; a lineage whose own model was promoted (``checkworthy adapt``) uses its champion.
+docs/method.md; labels that are not English are scored by ``predict.model_other_languages``
+(:func:`for_language`), and a lineage whose own model was promoted (``checkworthy adapt``) uses its
+champion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from checkworthy.config import ROOT
+from checkworthy.data.language import UND, detect
 from checkworthy.errors import UsageError
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
@@ -40,6 +43,10 @@ from checkworthy.store.run_spec import RunMethods
 
 #: the score kind an adapted model is calibrated with
 SCORE_KIND = "p_positive"
+#: labels are English when at least this share of those in a detectable language are (the rule of
+#: ``--embedding auto``): their lineage is scored by ``predict.model``, others by
+#: ``predict.model_other_languages``
+ENGLISH_SHARE = 0.9
 
 
 class Recommended(PredictSettings):
@@ -130,6 +137,7 @@ def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Pr
     check_lineage_name(engine, request.lineage, files[0])
     params = settings.params
     if not request.model_given:
+        rec = for_language(rec, [r.text for r in lab])
         params, rec = with_champion(engine, params, rec, request.lineage or files[0].lineage)
     try:
         scorer, prompt = configured_scorer(params, rec.model)
@@ -139,6 +147,19 @@ def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Pr
     outcome = predict_files(engine, files, (lab, unl), request.out, rec, (scorer, prompt),
                             lineage=request.lineage)
     return Predicted(outcome, rec)
+
+
+def english_labels(labelled_texts: Sequence[str]) -> bool:
+    """Whether a team's labelled texts are English: at least :data:`ENGLISH_SHARE` of those in a
+    detectable language (:func:`checkworthy.data.language.detect`), or none detectable."""
+    codes = [d.code for d in detect(labelled_texts) if d.code != UND]
+    return not codes or sum(c == "en" for c in codes) >= ENGLISH_SHARE * len(codes)
+
+
+def for_language(rec: Recommended, labelled_texts: Sequence[str]) -> Recommended:
+    """``rec`` with ``model_other_languages`` as the model when the labels are not English
+    (:func:`english_labels`); English labels keep ``model``."""
+    return rec if english_labels(labelled_texts) else rec.but(model=rec.model_other_languages)
 
 
 def check_lineage_name(engine: Engine, name: str | None, labelled: UserFile) -> None:
