@@ -91,16 +91,21 @@ def tweets_by_language() -> dict[str, list[Claim]]:
 
 
 def training_sets(claims: dict[str, list[Claim]], exclude_texts: Sequence[str]) -> dict[str, TrainingSet]:
-    """Each language's deduplicated training set without any text of ``exclude_texts``."""
+    """Each language's deduplicated training set without any text of ``exclude_texts``; a language
+    left with no text is left out (its claims are scored by the USE head alone), one left with a
+    single class is refused."""
     if isinstance(exclude_texts, str):
         raise ValueError("exclude_texts must be a sequence of texts, not one string")
     groups: dict[str, Sequence[Claim]] = {EXCLUDED: [Claim(EXCLUDED, str(i), t, 0, EXCLUDED)
                                                      for i, t in enumerate(exclude_texts)], **claims}
     out = {code: build_training_set(groups, [EXCLUDED], [code]) for code in claims}
     for code, ts in out.items():
-        if len(set(ts.labels)) < 2:
+        if ts.texts and len(set(ts.labels)) < 2:
             raise ValueError(f"language {code}: the training set needs both classes")
-    return out
+    kept = {code: ts for code, ts in out.items() if ts.texts}
+    if not kept:
+        raise ValueError("every training text is excluded")
+    return kept
 
 
 def balanced_lr(x: Any, y: NDArray[np.int64]) -> LinearHead:
@@ -173,7 +178,11 @@ def train_multilingual(
         raise ValueError(f"bad classifier name {name!r}")
     spec = spec or MultilingualSpec()
     t0 = time.monotonic()
-    sets = training_sets(claims if claims is not None else tweets_by_language(), exclude_texts)
+    given = claims if claims is not None else tweets_by_language()
+    sets = training_sets(given, exclude_texts)
+    left_out = sorted(set(given) - set(sets))
+    if left_out:
+        echo(f"no text left to learn from in {', '.join(left_out)}: scored by the USE head alone")
     for code, ts in sets.items():
         echo(f"{code}: {len(ts.texts):,} texts ({sum(ts.labels):,} check-worthy), "
              f"{ts.n_rows_excluded:,} rows excluded, {ts.n_dropped_conflicting} conflicting dropped")
@@ -208,6 +217,7 @@ def train_multilingual(
             "excluded_texts": {"n_texts": len(exclude_texts), "fingerprint": fingerprint(exclude_texts),
                                "exclusion_key": "datasets.normalise_text"},
             "sources": "CheckThat! tweets, train and dev files, every language (no *-test split)",
+            "languages_left_out": left_out,
         },
         "cross_fitted_roc_auc": cv_auc,
         "score_kinds": {"p_positive": "P(check-worthy), class-balanced (not prevalence-calibrated)",
