@@ -53,6 +53,7 @@ def f1(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
 
 
 def balanced() -> LogisticRegression:
+    """A class-balanced logistic regression (the reference's and the stack's)."""
     return LogisticRegression(max_iter=3000, class_weight="balanced")
 
 
@@ -63,13 +64,14 @@ def figures(group: Group, scores: dict[str, list[list[object]]]) -> dict[str, fl
         return np.array([by_hash[hashlib.sha256(c.text.encode()).hexdigest()] for c in claims], dtype=float)
 
     lab, held = group.labelled, group.held_out
-    y_l = np.array([c.label for c in lab]); y_u = np.array([c.label for c in held])
+    y_l, y_u = np.array([c.label for c in lab]), np.array([c.label for c in held])
     m_l, m_u = logit(read("labelled", lab)), logit(read("held_out", held))
     tfidf = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True)
-    x_l = tfidf.fit_transform([c.text for c in lab]); x_u = tfidf.transform([c.text for c in held])
+    x_l, x_u = tfidf.fit_transform([c.text for c in lab]), tfidf.transform([c.text for c in held])
     t_u_p = balanced().fit(x_l, y_l).predict_proba(x_u)[:, 1]
     t_l = logit(cross_val_predict(balanced(), x_l, y_l, cv=5, method="predict_proba")[:, 1])
-    e_l = embed(USE_MULTILINGUAL, [c.text for c in lab]); e_u = embed(USE_MULTILINGUAL, [c.text for c in held])
+    e_l = embed(USE_MULTILINGUAL, [c.text for c in lab])
+    e_u = embed(USE_MULTILINGUAL, [c.text for c in held])
     u_l = logit(cross_val_predict(balanced(), e_l, y_l, cv=5, method="predict_proba")[:, 1])
     u_u = logit(balanced().fit(e_l, y_l).predict_proba(e_u)[:, 1])
     stack = balanced().fit(np.c_[m_l, t_l, u_l], y_l).predict_proba(np.c_[m_u, logit(t_u_p), u_u])[:, 1]
@@ -82,7 +84,8 @@ def figures(group: Group, scores: dict[str, list[list[object]]]) -> dict[str, fl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scores", nargs="?", type=Path, default=SCORES, help="scores.json(.xz) of train --multilingual")
+    ap.add_argument("scores", nargs="?", type=Path, default=SCORES,
+                    help="scores.json(.xz) of train --multilingual")
     args = ap.parse_args()
     raw = args.scores.read_bytes()
     scores = json.loads(lzma.decompress(raw) if args.scores.suffix == ".xz" else raw)
@@ -91,8 +94,9 @@ def main() -> None:
     print("| group | L | U | model F1 | model AUC | TF-IDF on L F1 | AUC | stack F1 | stack AUC |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in rows.items():
-        print(f"| {name} | {r['n_labelled']} | {r['n_held_out']} | {r['model_f1']:.3f} | {r['model_auc']:.3f} | "
-              f"{r['tfidf_f1']:.3f} | {r['tfidf_auc']:.3f} | {r['stack_f1']:.3f} | {r['stack_auc']:.3f} |")
+        print(f"| {name} | {r['n_labelled']} | {r['n_held_out']} | {r['model_f1']:.3f} | "
+              f"{r['model_auc']:.3f} | {r['tfidf_f1']:.3f} | {r['tfidf_auc']:.3f} | {r['stack_f1']:.3f} | "
+              f"{r['stack_auc']:.3f} |")
     summary = {}
     for key in ("model_f1", "tfidf_f1", "stack_f1", "model_auc", "tfidf_auc", "stack_auc"):
         v = [rows[n][key] for n in LANGUAGES]

@@ -54,6 +54,9 @@ class PredictSettings(Section):
     #: v3; docs/method.md, "A lineage's embedding space") or a model's name
     #: (:data:`checkworthy.scorers.embedders.MODELS`, checked where it is looked up)
     embedding: str = "auto"
+    #: the model of a lineage whose labels are not English (:func:`checkworthy.runs.predict.
+    #: english_labels`); ``model`` stays English lineages' (docs/method.md, "Every language")
+    model_other_languages: str = "classifier:multilingual-tweets"
 
 
 class AdaptSection(Section):

@@ -101,16 +101,44 @@ def run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_train_multilingual(args: argparse.Namespace, root: Path) -> int:
+    """``--method multilingual``: train, save, version with DVC (unless ``--no-dvc``), print the
+    languages' cross-fitted ROC AUC."""
+    from checkworthy.runs.train_lora import version_with_dvc  # start-up: torch
+    from checkworthy.runs.train_multilingual import (  # start-up: sklearn
+        MultilingualSpec,
+        read_exclude_texts,
+        train_multilingual,
+    )
+
+    exclude = read_exclude_texts(args.exclude_texts)
+    spec = MultilingualSpec(**({"seed": args.seed} if args.seed is not None else {}))
+    model = train_multilingual(args.name, exclude, spec, root=root, echo=print)
+    print(f"classifier:{model.name}@{model.version}")
+    print(f"{'language':<9} {'n':>6} {'AUC tfidf':>10} {'AUC use':>8} (cross-fitted)")
+    for code, auc in model.manifest["cross_fitted_roc_auc"].items():
+        n = model.manifest["training_data"]["languages"][code]["n_texts"]
+        print(f"{code:<9} {n:>6} {auc['tfidf']:>10.3f} {auc['use']:>8.3f}")
+    if not args.no_dvc:
+        print(f"versioned: {version_with_dvc(root / model.name, ' '.join(['checkworthy', *sys.argv[1:]]))}")
+    return 0
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", required=True, help="artefact name (models/classifier/<name>/)")
     p.add_argument("--exclude", default=",".join(DEFAULT_EXCLUDE),
                    help="groups whose texts never enter training: dataset:split or dataset:calibration "
                         "(default: both test splits and both calibration sets)")
     p.add_argument("--seed", type=int, help="seed of the calibration samples (default: params.yaml)")
-    p.add_argument("--method", choices=("logistic", "lora", "setfit"), default="logistic",
+    p.add_argument("--method", choices=("logistic", "lora", "setfit", "multilingual"), default="logistic",
                    help="logistic: a head on frozen MiniLM vectors (minutes); lora: a transformer (--base) "
                         "fine-tuned with a LoRA adapter (MiniLM: about 13 min on 2 cores); setfit: SetFit "
-                        "on a balanced sample, with a LoRA adapter; lora and setfit are versioned with DVC")
+                        "on a balanced sample, with a LoRA adapter; multilingual: char n-gram TF-IDF a "
+                        "language and a USE multilingual head, stacked, on every language's tweets "
+                        "(needs --exclude-texts); lora, setfit and multilingual are versioned with DVC")
+    p.add_argument("--exclude-texts", type=Path, metavar="CSV",
+                   help="multilingual: a CSV whose text column holds claims training never sees "
+                        "(a benchmark's held-out claims)")
     p.add_argument("--base", choices=sorted(BASES), default="minilm",
                    help="lora: the transformer under the adapter (gemma3-270m: 0.16 s a text and epoch)")
     p.add_argument("--C", dest="c", type=float, help="logistic: fixed inverse regularisation")
@@ -129,7 +157,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu",
                    help="lora: the torch device that trains (cpu, cuda, cuda:1); evaluation runs on the CPU")
     p.add_argument("--no-dvc", action="store_true",
-                   help="lora, setfit: do not dvc add / dvc push the artefact")
+                   help="lora, setfit, multilingual: do not dvc add / dvc push the artefact")
     p.add_argument("--root", help="artefact root (default: models/classifier)")
 
 
@@ -148,6 +176,10 @@ def run_train(args: argparse.Namespace) -> int:
     root = Path(args.root) if args.root else ARTEFACT_ROOT
     if args.teacher and args.method != "lora":
         raise ValueError(f"--teacher: only with --method lora (not {args.method})")
+    if (args.exclude_texts is not None) != (args.method == "multilingual"):
+        raise ValueError("--exclude-texts: needed with --method multilingual, and only with it")
+    if args.method == "multilingual":
+        return run_train_multilingual(args, root)
     if args.method in ("lora", "setfit"):
         from checkworthy.runs.train_lora import (  # start-up: torch
             FineTuning,

