@@ -106,18 +106,37 @@ def model_type(ref: str, root: Path = ARTEFACT_ROOT) -> str:
     return json.loads((folder / "manifest.json").read_text()).get("model_type", "logistic_regression")
 
 
-def load_artefact(ref: str, root: Path = ARTEFACT_ROOT) -> Artefact:
-    """Load ``name`` (latest) or ``name@version``; the head's sha256 must match the manifest."""
+@dataclass(frozen=True)
+class CheckedFile:
+    """A saved classifier's manifest and the bytes of the file it names, its sha256 checked."""
+
+    name: str
+    version: str
+    manifest: dict[str, Any]
+    data: bytes
+
+
+def checked_file(ref: str, entry: str, root: Path = ARTEFACT_ROOT) -> CheckedFile:
+    """Read ``name`` (latest) or ``name@version``: its manifest, and the file that the manifest's
+    ``entry`` names (``{"file": ..., "sha256": ...}``), refused unless it matches that sha256."""
     name, _, version = ref.partition("@")
     version = version or latest_version(name, root)
     folder = root / name / version
     if not (folder / "manifest.json").exists():
         raise FileNotFoundError(f"no version {version!r} of classifier {name!r} under {root}")
     manifest = json.loads((folder / "manifest.json").read_text())
-    data = (folder / manifest["head"]["file"]).read_bytes()
-    if hashlib.sha256(data).hexdigest() != manifest["head"]["sha256"]:
-        raise ValueError(f"classifier {name}@{version}: head.json does not match its manifest's sha256")
-    head = json.loads(data)
+    data = (folder / manifest[entry]["file"]).read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest[entry]["sha256"]:
+        raise ValueError(f"classifier {name}@{version}: {manifest[entry]['file']} does not match its "
+                         "manifest's sha256")
+    return CheckedFile(name, version, manifest, data)
+
+
+def load_artefact(ref: str, root: Path = ARTEFACT_ROOT) -> Artefact:
+    """Load ``name`` (latest) or ``name@version``; the head's sha256 must match the manifest."""
+    checked = checked_file(ref, "head", root)
+    name, version, manifest = checked.name, checked.version, checked.manifest
+    head = json.loads(checked.data)
     if head.get("embedding_model") != EMBED_MODEL or len(head["coef"]) != EMBED_DIM:
         raise ValueError(f"classifier {name}@{version}: built for {head.get('embedding_model')}, "
                          f"not {EMBED_MODEL}")

@@ -22,7 +22,7 @@ objects); the manifest holds the npz's sha256 (checked on load) and the training
 
 from __future__ import annotations
 
-import hashlib
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 
 from checkworthy.data.language import detect
 from checkworthy.scorers.base import OK, Score
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, MULTILINGUAL, SCORE_KINDS, latest_version, paper_c
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, MULTILINGUAL, SCORE_KINDS, checked_file, paper_c
 from checkworthy.scorers.embedders import USE_MULTILINGUAL, dimension, embed
 
 MODEL_FILE = "model.npz"
@@ -132,16 +132,9 @@ def model_arrays(model: MultilingualModel) -> dict[str, NDArray[Any]]:
 def load_multilingual(ref: str, root: Path = ARTEFACT_ROOT) -> MultilingualModel:
     """Load ``name`` (latest) or ``name@version``; ``model.npz`` must match the manifest's sha256
     and hold a USE head of the USE dimension."""
-    name, _, version = ref.partition("@")
-    version = version or latest_version(name, root)
-    folder = root / name / version
-    if not (folder / "manifest.json").exists():
-        raise FileNotFoundError(f"no version {version!r} of classifier {name!r} under {root}")
-    manifest = json.loads((folder / "manifest.json").read_text())
-    data = (folder / manifest["model"]["file"]).read_bytes()
-    if hashlib.sha256(data).hexdigest() != manifest["model"]["sha256"]:
-        raise ValueError(f"classifier {name}@{version}: {MODEL_FILE} does not match its manifest's sha256")
-    with np.load(folder / manifest["model"]["file"], allow_pickle=False) as z:
+    checked = checked_file(ref, "model", root)
+    name, version, manifest = checked.name, checked.version, checked.manifest
+    with np.load(io.BytesIO(checked.data), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     if arrays["use_coef"].shape != (dimension(USE_MULTILINGUAL),):
         raise ValueError(f"classifier {name}@{version}: its USE head has {arrays['use_coef'].shape} "
