@@ -332,16 +332,24 @@ def decision_reason(f: Mapping[str, Any]) -> str:
             f"{verdict}")
 
 
+def adapt_start(lab: Labelled, params: Mapping[str, Any], s: AdaptSettings) -> tuple[bool, str]:
+    """Whether the lineage's labels are English, and what its model starts from: ``s.start`` (a
+    MiniLM LoRA fine-tuned further) for English labels, else ``predict.model_other_languages`` (the
+    shared model a stack is fitted over)."""
+    if english_labels(lab.texts):
+        return True, s.start
+    return False, Recommended.from_params(params).model_other_languages
+
+
 def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSettings, seed: int, *,
           dvc: DvcVersioning | None, echo: Callable[[str], None] = lambda _: None) -> AdaptOutcome:
     """Train the lineage's cross-fitted model, version it with DVC as ``dvc`` says (None: not
     versioned), compare it with the champion on the lineage's labels, register it and decide."""
-    if english_labels(lab.texts):
-        start = s.start
+    english, start = adapt_start(lab, params, s)
+    if english:
         folder, folds = train_crossfit(lab, s, seed, echo)
         hyper: dict[str, Any] = {"start": start, "epochs": s.epochs, "lr": s.lr, "batch_size": s.batch_size}
     else:
-        start = Recommended.from_params(params).model_other_languages
         folder, folds = train_stack(lab, start, s, seed, echo)
         hyper = {"start": start, "model_type": LINEAGE_STACK}
     spec = f"classifier:{folder.parent.name}@{folder.name}"
@@ -468,7 +476,8 @@ def recalibrate_with_champion(engine: Engine, lineage: str, params: Mapping[str,
         labelled = store.label_set_claims(conn, label_set) if label_set is not None else []
         every = {c for ids in claims.values() for c in ids} | set(labelled)
         hashes = store.claim_text_hashes(conn, sorted(every))
-    spec, kind = champion_model(params, row)
+    texts = lineage_labels(engine, lineage).texts if label_set is not None else []
+    spec, kind = champion_model(params, row, texts)  # params.yaml's model for the labels' language
     scorer, prompt = configured_scorer(champion_params(params, row), spec)
     keys = score_missing(engine, scorer, hashes, prompt)[2]
     out = []
