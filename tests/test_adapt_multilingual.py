@@ -5,6 +5,8 @@ tweets of CheckThat! 2022."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import yaml
@@ -120,3 +122,15 @@ def test_predict_of_the_spanish_lineage_uses_its_champion(adapted, spanish, use_
     scorer = LineageStackScorer(out.spec.removeprefix("classifier:"), root=s.artefact_root)
     expected = [g["p_positive"].score for g in scorer.score(lab.texts)]
     assert [stored[t] for t in lab.texts] == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_stack_whose_arrays_do_not_match_the_manifest_is_refused(adapted, tmp_path):
+    out, _, s = adapted
+    name, version = out.spec.removeprefix("classifier:").split("@")
+    copy = tmp_path / name / version
+    shutil.copytree(s.artefact_root / name / version, copy)
+    data = bytearray((copy / "model.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / "model.npz").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="model.npz does not match its manifest's sha256"):
+        load_lineage_stack(f"{name}@{version}", tmp_path)
