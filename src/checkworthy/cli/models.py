@@ -61,7 +61,7 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_adapt(args: argparse.Namespace) -> int:
     """``checkworthy adapt``: check, train cross-fitted, compare with the champion, register."""
-    from checkworthy.runs.adapt import AdaptSettings, DvcVersioning, adapt
+    from checkworthy.runs.adapt import AdaptSettings, DvcVersioning, adapt, adapt_start
     from checkworthy.settings import load_settings
     from checkworthy.store.engine import get_engine
 
@@ -77,8 +77,10 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     eng = get_engine()
     lab = _labels_in_force(eng, args, given, s.folds)
     command = " ".join(["checkworthy", *sys.argv[1:]])
+    english, start = adapt_start(lab, params, s)
     print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
-          f"{s.folds} folds + 1, {s.epochs} epochs each, from {s.start}")
+          f"{s.folds} folds + 1, " + (f"{s.epochs} epochs each, from {start}" if english else
+                                      f"a TF-IDF and USE stack over {start} (the labels are not English)"))
     out = adapt(eng, lab, params, s, int(params.get("seed", 0)),
                 dvc=None if args.no_dvc else DvcVersioning(ROOT, command), echo=print)
     print(f"model version {out.version_id}: {out.spec}")

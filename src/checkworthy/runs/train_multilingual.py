@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from checkworthy.method.metrics import roc_auc
 from checkworthy.runs.train_classifier import TrainingSet, build_training_set, embed_cached, fingerprint
 from checkworthy.scorers.classifier import ARTEFACT_ROOT, FORMAT_VERSION, MULTILINGUAL
 from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
+from checkworthy.scorers.lineage_stack import StackMember
 from checkworthy.scorers.multilingual import (
     MODEL_FILE,
     TFIDF,
@@ -48,6 +48,7 @@ from checkworthy.scorers.multilingual import (
     load_multilingual,
     logit,
     model_arrays,
+    npz_bytes,
 )
 
 USE_CACHE = VAR_DIR / "cache" / f"classifier-{USE_MULTILINGUAL}.npz"
@@ -116,37 +117,62 @@ def balanced_lr(x: Any, y: NDArray[np.int64]) -> LinearHead:
     return LinearHead(m.coef_[0].astype(np.float64), float(m.intercept_[0]))
 
 
-def fit_language(texts: list[str], y: NDArray[np.int64], use_x: NDArray[np.float32],
-                 others: tuple[NDArray[np.float32], NDArray[np.int64]], spec: MultilingualSpec
-                 ) -> tuple[LanguageModel, dict[str, float]]:
-    """One language's TF-IDF head and stacker (the stacker on cross-fitted logits); its cross-fitted
-    ROC AUCs."""
+def fit_tfidf(texts: list[str], max_features: int) -> tuple[Any, tuple[str, ...], NDArray[np.float64]]:
+    """A :data:`TFIDF` vectoriser (min_df 2, the ``max_features`` most frequent n-grams) fitted on
+    ``texts``: their rows, its vocabulary (by column) and idf weights."""
     from sklearn.feature_extraction.text import TfidfVectorizer  # start-up: only when training
-    from sklearn.model_selection import StratifiedKFold
 
-    vec = TfidfVectorizer(**TFIDF, min_df=2, max_features=spec.max_features).fit(texts)
-    x = vec.transform(texts)
+    vec = TfidfVectorizer(**TFIDF, min_df=2, max_features=max_features).fit(texts)
+    vocabulary = tuple(sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__))
+    return vec.transform(texts), vocabulary, vec.idf_.astype(np.float64)
+
+
+def cross_fitted(x: Any, use_x: NDArray[np.float32], y: NDArray[np.int64],
+                 others: tuple[NDArray[np.float32], NDArray[np.int64]], spec: MultilingualSpec
+                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Out-of-fold P(check-worthy) of the TF-IDF head on rows ``x`` and of the USE head on
+    ``use_x`` (each fold's USE head also learns from ``others``), in ``spec.folds`` folds."""
+    from sklearn.model_selection import StratifiedKFold  # start-up: only when training
+
     cv_tfidf, cv_use = np.zeros(len(y)), np.zeros(len(y))
     folds = StratifiedKFold(spec.folds, shuffle=True, random_state=spec.seed)
     for train, test in folds.split(use_x, y):
         cv_tfidf[test] = balanced_lr(x[train], y[train]).proba(x[test])
         fold_use = balanced_lr(np.r_[others[0], use_x[train]], np.r_[others[1], y[train]])
         cv_use[test] = fold_use.proba(use_x[test])
+    return cv_tfidf, cv_use
+
+
+def fit_language(texts: list[str], y: NDArray[np.int64], use_x: NDArray[np.float32],
+                 others: tuple[NDArray[np.float32], NDArray[np.int64]], spec: MultilingualSpec
+                 ) -> tuple[LanguageModel, dict[str, float]]:
+    """One language's TF-IDF head and stacker (the stacker on cross-fitted logits); its cross-fitted
+    ROC AUCs."""
+    x, vocabulary, idf = fit_tfidf(texts, spec.max_features)
+    cv_tfidf, cv_use = cross_fitted(x, use_x, y, others, spec)
     stacked = np.c_[logit(cv_tfidf), logit(cv_use)]
     stack = balanced_lr(stacked, y)
-    vocabulary = tuple(sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__))
-    model = LanguageModel(vocabulary, vec.idf_.astype(np.float64), balanced_lr(x, y), stack)
+    model = LanguageModel(vocabulary, idf, balanced_lr(x, y), stack)
     return model, {"tfidf": round(roc_auc(y, cv_tfidf), 4), "use": round(roc_auc(y, cv_use), 4),
                    "stack_in_sample": round(roc_auc(y, stack.proba(stacked)), 4)}
+
+
+def fit_lineage_member(texts: list[str], y: NDArray[np.int64], use_x: NDArray[np.float32],
+                       shared_logit: NDArray[np.float64], spec: MultilingualSpec) -> StackMember:
+    """One member of a lineage's stack (:mod:`checkworthy.scorers.lineage_stack`) on these labels: a
+    TF-IDF head and a USE head, and the stacker over the shared model's logit and their logits,
+    cross-fitted in ``spec.folds`` folds (so it weighs out-of-sample scores)."""
+    x, vocabulary, idf = fit_tfidf(texts, spec.max_features)
+    none = (np.empty((0, use_x.shape[1]), dtype=use_x.dtype), np.empty(0, dtype=np.int64))
+    cv_tfidf, cv_use = cross_fitted(x, use_x, y, none, spec)
+    stack = balanced_lr(np.c_[shared_logit, logit(cv_tfidf), logit(cv_use)], y)
+    return StackMember(vocabulary, idf, balanced_lr(x, y), balanced_lr(use_x, y), stack)
 
 
 def save_model(model: MultilingualModel, manifest: dict[str, Any], root: Path) -> Path:
     """Write ``<root>/<name>/<version>/`` (``model.npz``, ``manifest.json``) atomically and point
     ``LATEST`` at it; ``version`` = the first 12 hex digits of the npz's sha256."""
-    buf = io.BytesIO()
-    arrays: dict[str, Any] = model_arrays(model)
-    np.savez_compressed(buf, allow_pickle=False, **arrays)
-    data = buf.getvalue()
+    data = npz_bytes(model_arrays(model))
     sha = hashlib.sha256(data).hexdigest()
     version = sha[:12]
     manifest = {"format_version": FORMAT_VERSION, "name": model.name, "version": version,

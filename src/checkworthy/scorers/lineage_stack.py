@@ -1,0 +1,165 @@
+"""A non-English lineage's own model (``model_type`` :data:`LINEAGE_STACK`), cross-fitted.
+
+``adapt`` of a lineage whose labels are not English (:func:`checkworthy.runs.embedding.english_labels`)
+trains it: a class-balanced logistic regression over three logits, the shared multilingual model's
+(:mod:`checkworthy.scorers.multilingual`, the ``name@version`` in the manifest), a char n-gram
+TF-IDF head's and a USE multilingual v3 head's, both fitted on the lineage's labels (cross-fitted to
+fit the stacker: :func:`checkworthy.runs.train_multilingual.fit_lineage_member`). Measured offline
+(docs/method.md, "Every language: the multilingual predictor"), it beats the shared model and a
+TF-IDF alone in every language.
+
+Like :mod:`checkworthy.scorers.crossfit`, it is K + 1 members: ``fold-i`` fitted on the labels
+outside fold i, ``full`` on all of them; a training text is scored by its fold's member, any other
+text by ``full``, so the lineage's labelled claims get out-of-sample scores.
+
+Artefact: ``<root>/<name>/<version>/{model.npz, manifest.json}``: every member's vocabulary, idf
+weights and coefficients and each training text's fold (by its sha256), as numpy arrays read with
+``allow_pickle=False``; the manifest holds the npz's sha256 (checked on load).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from checkworthy.scorers.base import Score
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, LINEAGE_STACK, SCORE_KINDS, checked_file
+from checkworthy.scorers.crossfit import FULL, member_name, text_key
+from checkworthy.scorers.embedders import USE_MULTILINGUAL, dimension, embed
+from checkworthy.scorers.multilingual import (
+    LinearHead,
+    MultilingualModel,
+    load_multilingual,
+    logit,
+    p_scores,
+    tfidf_vectoriser,
+)
+
+
+@dataclass(frozen=True)
+class StackMember:
+    """One member: a TF-IDF head, a USE head and the stacker over (shared logit, TF-IDF logit, USE logit)."""
+
+    vocabulary: tuple[str, ...]
+    idf: NDArray[np.float64]
+    tfidf_head: LinearHead
+    use_head: LinearHead
+    stack: LinearHead
+
+    @cached_property
+    def vectoriser(self) -> Any:
+        return tfidf_vectoriser(self.vocabulary, self.idf)
+
+    def proba(self, texts: Sequence[str], shared_logit: NDArray[np.float64],
+              use_vectors: NDArray[np.float32]) -> NDArray[np.float64]:
+        """The stacked P(check-worthy) of ``texts`` given the shared model's logits and their USE vectors."""
+        tfidf = logit(self.tfidf_head.proba(self.vectoriser.transform(list(texts))))
+        return self.stack.proba(np.c_[shared_logit, tfidf, logit(self.use_head.proba(use_vectors))])
+
+
+@dataclass
+class LineageStack:
+    """The members, the shared model they stack on, and each training text's fold."""
+
+    name: str
+    version: str
+    shared: MultilingualModel
+    members: dict[str, StackMember]
+    #: each training text's fold (1 to K), by :func:`~checkworthy.scorers.crossfit.text_key`
+    folds: dict[str, int]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def member_of(self, text: str) -> str:
+        """The member that scores ``text``: its fold's if it was a training text, else ``full``."""
+        fold = self.folds.get(text_key(text))
+        return FULL if fold is None else member_name(fold)
+
+    def predict_proba(self, texts: Sequence[str], use_vectors: NDArray[np.float32]) -> NDArray[np.float64]:
+        """P(check-worthy) of ``texts`` (their USE vectors given), each from the member that scores it."""
+        shared = logit(self.shared.predict_proba(texts, use_vectors))
+        who = np.array([self.member_of(t) for t in texts])
+        out = np.zeros(len(texts), dtype=np.float64)
+        for name in np.unique(who):
+            idx = np.flatnonzero(who == name)
+            member = self.members[str(name)]
+            out[idx] = member.proba([texts[int(i)] for i in idx], shared[idx], use_vectors[idx])
+        return out
+
+
+def stack_arrays(members: Mapping[str, StackMember], folds: Mapping[str, int]) -> dict[str, NDArray[Any]]:
+    """The arrays :func:`load_lineage_stack` reads back (``model.npz``)."""
+    keys = sorted(folds)
+    arrays: dict[str, NDArray[Any]] = {"members": np.array(sorted(members), dtype=str),
+                                       "fold_texts": np.array(keys, dtype=str),
+                                       "fold_of": np.array([folds[k] for k in keys], dtype=np.int64)}
+    for m, s in members.items():
+        arrays |= {f"{m}.vocabulary": np.array(s.vocabulary, dtype=str), f"{m}.idf": s.idf,
+                   f"{m}.tfidf": np.r_[s.tfidf_head.coef, s.tfidf_head.intercept],
+                   f"{m}.use": np.r_[s.use_head.coef, s.use_head.intercept],
+                   f"{m}.stack": np.r_[s.stack.coef, s.stack.intercept]}
+    return arrays
+
+
+def _head(row: NDArray[Any]) -> LinearHead:
+    """A :class:`LinearHead` from its coefficients followed by its intercept."""
+    return LinearHead(row[:-1].astype(np.float64), float(row[-1]))
+
+
+def load_lineage_stack(ref: str, root: Path = ARTEFACT_ROOT) -> LineageStack:
+    """Load ``name`` (latest) or ``name@version`` and the shared model it stacks on (from the
+    project's models); ``model.npz`` must match the manifest's sha256."""
+    checked = checked_file(ref, "model", root)
+    with np.load(io.BytesIO(checked.data), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    members = {}
+    for m in arrays["members"].tolist():
+        use = _head(arrays[f"{m}.use"])
+        if use.coef.shape != (dimension(USE_MULTILINGUAL),):
+            raise ValueError(f"classifier {checked.name}@{checked.version}: member {m}'s USE head has "
+                             f"{use.coef.shape} coefficients, not {dimension(USE_MULTILINGUAL)}")
+        members[str(m)] = StackMember(tuple(arrays[f"{m}.vocabulary"].tolist()),
+                                      arrays[f"{m}.idf"].astype(np.float64), _head(arrays[f"{m}.tfidf"]),
+                                      use, _head(arrays[f"{m}.stack"]))
+    folds = dict(zip(arrays["fold_texts"].tolist(), (int(f) for f in arrays["fold_of"])))
+    return LineageStack(checked.name, checked.version, load_multilingual(checked.manifest["shared_model"]),
+                        members, folds, checked.manifest)
+
+
+class LineageStackScorer:
+    """Scores from a lineage's stack (``classifier:<name>[@version]`` whose manifest's ``model_type``
+    is :data:`LINEAGE_STACK`): ``paper_c`` and ``p_positive``."""
+
+    score_kinds = SCORE_KINDS
+
+    def __init__(self, ref: str, *, root: str | Path | None = None) -> None:
+        self.model = load_lineage_stack(ref, Path(root) if root else ARTEFACT_ROOT)
+        self.spec = f"classifier:{ref}"
+
+    def params(self) -> dict[str, Any]:
+        """The artefact's identity (and the shared model's): a retrained model is a new cache key."""
+        m = self.model.manifest
+        return {
+            "backend": "classifier",
+            "model_type": LINEAGE_STACK,
+            "name": self.model.name,
+            "version": self.model.version,
+            "model_sha256": m["model"]["sha256"],
+            "shared_model": m["shared_model"],
+            "embedding_model": USE_MULTILINGUAL,
+            "training_fingerprint": m["training_data"]["fingerprint"],
+            "score_formulas": m["score_kinds"],
+        }
+
+    def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
+        """Both score kinds for each text (one USE pass)."""
+        texts = list(texts)
+        if not texts:
+            return []
+        return p_scores(self.model.predict_proba(texts, embed(USE_MULTILINGUAL, texts)))
