@@ -13,6 +13,9 @@ and a first call timed apart, on ``OMP_NUM_THREADS`` threads, default 2), per wa
 CPU-second of the process (the machine is shared: wall time says as much about the neighbours).
 Beside it the reference on the same L: char n-gram TF-IDF (2-5) + class-balanced logistic
 regression, F1 at 0.5, weighted F1 and AUC.
+With ``--adapt``, each group's lineage is then adapted (``checkworthy adapt --labeled L``: a
+non-English lineage's TF-IDF and USE stack over the shared model, cross-fitted; models in a scratch
+folder, not versioned) and predicted again: a row ``<group>-adapted`` with the lineage's champion.
 Then, for each non-English language, "no labels of its own": L is the other four languages' L
 only, U the same: F1 of the decisions and whether they were withheld (the share automated).
 
@@ -41,8 +44,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import yaml
 
-from checkworthy.config import VAR_DIR, quiet_offline_env
+from checkworthy.config import PARAMS_FILE, VAR_DIR, quiet_offline_env
 from checkworthy.data.language import unreadable
 from checkworthy.data.records import Claim
 from checkworthy.method.metrics import classification_report, roc_auc
@@ -102,10 +106,10 @@ def write_excluded(path: Path, gs: list[Group]) -> None:
 
 
 def run_predict(name: str, labelled: list[Claim], held_out: list[Claim], work: Path,
-                model: str | None = None) -> Figures:
+                model: str | None = None, params: Path | None = None) -> Figures:
     """``checkworthy predict`` of ``held_out`` against ``labelled`` (with ``--model model`` when
-    given); its decisions scored on U's labels, and the model's speed on U."""
-    settings = load_settings()
+    given, params.yaml or ``params``); its decisions scored on U's labels, and the model's speed on U."""
+    settings = load_settings(params) if params else load_settings()
     rec = Recommended.of(settings.predict, model=model)
     lab, unl, out = work / f"{name}-L.csv", work / f"{name}-U.csv", work / f"{name}-OUT.csv"
     write_claims(lab, labelled, labels=True)
@@ -134,6 +138,31 @@ def run_predict(name: str, labelled: list[Claim], held_out: list[Claim], work: P
                    roc_auc(y, theta), float(automated.mean()),
                    float((decision[automated] != y[automated]).mean()) if automated.any() else None,
                    classification_report(y, (score >= 0.5).astype(int))["f1_1"], *speed, load_s, predict_s)
+
+
+def scratch_params(work: Path) -> Path:
+    """params.yaml with ``adapt.root`` in ``work``: adapted models never land in models/."""
+    params = yaml.safe_load(PARAMS_FILE.read_text())
+    params["adapt"]["root"] = str(work / "models")
+    path = work / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+def run_adapt(name: str, work: Path, params: Path) -> str:
+    """``checkworthy adapt --labeled`` the group's L (as :func:`run_predict` wrote it; not
+    versioned); its last line, the champion it leaves."""
+    import contextlib
+    import io
+
+    from checkworthy.cli.main import main as cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli(["adapt", "--labeled", str(work / f"{name}-L.csv"), "--params", str(params), "--no-dvc"])
+    if code != 0:
+        raise SystemExit(f"adapt of {name} exited {code}: {out.getvalue()}")
+    return out.getvalue().strip().splitlines()[-1]
 
 
 def reference(labelled: list[Claim], held_out: list[Claim]) -> Reference:
@@ -175,6 +204,9 @@ def main() -> None:
     parser.add_argument("--no-transfer", action="store_true", help="skip the 'no labels of its own' runs")
     parser.add_argument("--model", help="predict --model: this model for every group chosen instead of "
                                         "params.yaml's choice")
+    parser.add_argument("--adapt", action="store_true",
+                        help="then `checkworthy adapt` on each group's L (models in a scratch folder) and "
+                             "predict again: the lineage's own model's figures")
     parser.add_argument("--write-excluded", type=Path, metavar="CSV",
                         help="write every group's L and U (group,part,id,text) for the trainer to exclude, "
                              "and stop")
@@ -194,11 +226,18 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        params = scratch_params(work) if args.adapt else None
         for g in chosen:
-            fig = run_predict(g.name, g.labelled, g.held_out, work, args.model)
+            fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params)
             ref = reference(g.labelled, g.held_out)
             rows.append({**asdict(fig), "reference": asdict(ref)})
             print(json.dumps(rows[-1]), flush=True)
+            if params is not None:
+                adapted = run_adapt(g.name, work, params)
+                fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params)
+                rows.append({**asdict(replace(fig, group=f"{g.name}-adapted")), "reference": asdict(ref),
+                             "adapt": adapted})
+                print(json.dumps(rows[-1]), flush=True)
         transfer: list[dict[str, object]] = []
         for g in (x for x in chosen if x.language != "en" and not args.no_transfer):
             lab = [c for h in others if h.name != g.name for c in h.labelled]
