@@ -29,16 +29,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from checkworthy.scorers.base import Score
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, LINEAGE_STACK, SCORE_KINDS, checked_file
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, LINEAGE_STACK, checked_file
 from checkworthy.scorers.crossfit import FULL, member_name, text_key
-from checkworthy.scorers.embedders import USE_MULTILINGUAL, dimension, embed
+from checkworthy.scorers.embedders import USE_MULTILINGUAL, dimension
 from checkworthy.scorers.multilingual import (
     LinearHead,
     MultilingualModel,
+    MultilingualScorer,
     load_multilingual,
     logit,
-    p_scores,
     tfidf_vectoriser,
 )
 
@@ -132,34 +131,17 @@ def load_lineage_stack(ref: str, root: Path = ARTEFACT_ROOT) -> LineageStack:
                         members, folds, checked.manifest)
 
 
-class LineageStackScorer:
+class LineageStackScorer(MultilingualScorer):
     """Scores from a lineage's stack (``classifier:<name>[@version]`` whose manifest's ``model_type``
     is :data:`LINEAGE_STACK`): ``paper_c`` and ``p_positive``."""
 
-    score_kinds = SCORE_KINDS
+    model_type = LINEAGE_STACK
 
-    def __init__(self, ref: str, *, root: str | Path | None = None) -> None:
-        self.model = load_lineage_stack(ref, Path(root) if root else ARTEFACT_ROOT)
-        self.spec = f"classifier:{ref}"
+    @staticmethod
+    def load(ref: str, root: Path) -> Any:
+        """The lineage's stack ``ref`` names under ``root``."""
+        return load_lineage_stack(ref, root)
 
     def params(self) -> dict[str, Any]:
-        """The artefact's identity (and the shared model's): a retrained model is a new cache key."""
-        m = self.model.manifest
-        return {
-            "backend": "classifier",
-            "model_type": LINEAGE_STACK,
-            "name": self.model.name,
-            "version": self.model.version,
-            "model_sha256": m["model"]["sha256"],
-            "shared_model": m["shared_model"],
-            "embedding_model": USE_MULTILINGUAL,
-            "training_fingerprint": m["training_data"]["fingerprint"],
-            "score_formulas": m["score_kinds"],
-        }
-
-    def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
-        """Both score kinds for each text (one USE pass)."""
-        texts = list(texts)
-        if not texts:
-            return []
-        return p_scores(self.model.predict_proba(texts, embed(USE_MULTILINGUAL, texts)))
+        """The artefact's identity and the shared model's: a retrained model is a new cache key."""
+        return super().params() | {"shared_model": self.model.manifest["shared_model"]}

@@ -176,20 +176,27 @@ def load_multilingual(ref: str, root: Path = ARTEFACT_ROOT) -> MultilingualModel
 
 class MultilingualScorer:
     """Scores from a saved multilingual classifier (``classifier:<name>[@version]`` whose manifest's
-    ``model_type`` is :data:`MULTILINGUAL`): ``paper_c`` and ``p_positive``."""
+    ``model_type`` is :data:`MULTILINGUAL`): ``paper_c`` and ``p_positive``. Subclasses name another
+    model type and its loader (a lineage's stack over such a model)."""
 
     score_kinds = SCORE_KINDS
+    model_type = MULTILINGUAL
 
     def __init__(self, ref: str, *, root: str | Path | None = None) -> None:
-        self.model = load_multilingual(ref, Path(root) if root else ARTEFACT_ROOT)
+        self.model = self.load(ref, Path(root) if root else ARTEFACT_ROOT)
         self.spec = f"classifier:{ref}"
+
+    @staticmethod
+    def load(ref: str, root: Path) -> Any:
+        """The model ``ref`` names under ``root``."""
+        return load_multilingual(ref, root)
 
     def params(self) -> dict[str, Any]:
         """The artefact's identity: a retrained model is a new cache key."""
         m = self.model.manifest
         return {
             "backend": "classifier",
-            "model_type": MULTILINGUAL,
+            "model_type": self.model_type,
             "name": self.model.name,
             "version": self.model.version,
             "model_sha256": m["model"]["sha256"],
@@ -199,7 +206,7 @@ class MultilingualScorer:
         }
 
     def score(self, texts: Sequence[str]) -> list[dict[str, Score]]:
-        """Both score kinds for each text (one USE pass, one TF-IDF pass a language)."""
+        """Both score kinds for each text (one USE pass)."""
         texts = list(texts)
         if not texts:
             return []
