@@ -51,7 +51,7 @@ from checkworthy.data.language import unreadable
 from checkworthy.data.records import Claim
 from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.runs.multilingual_set import Group, language_groups
-from checkworthy.runs.predict import PredictRequest, Recommended, predict
+from checkworthy.runs.predict import PredictRequest, Recommended, artefact_root, predict
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.settings import load_settings
 from checkworthy.store.engine import embedded_url, get_engine
@@ -128,7 +128,10 @@ def run_predict(name: str, labelled: list[Claim], held_out: list[Claim], work: P
     automated = decided & np.array([r["review"] != "1" for r in got])
     report = classification_report(y, decision)
     t1 = time.perf_counter()
-    scorer, _ = configured_scorer(settings.params, done.rec.model)
+    adapted = artefact_root(settings.adapt.root)  # a lineage's adapted champion lives there
+    artefact = done.rec.model.removeprefix("classifier:").partition("@")[0]
+    scorer, _ = configured_scorer(settings.params, done.rec.model,
+                                  **({"root": str(adapted)} if (adapted / artefact).is_dir() else {}))
     load_s = time.perf_counter() - t1
     scorer.score([c.text for c in held_out[:4]])  # the first call loads USE or the encoder
     t2, c2 = time.perf_counter(), time.process_time()
