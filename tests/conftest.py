@@ -87,3 +87,22 @@ def use_db(db_url, engine, monkeypatch):
     """Point the CLI (which reads DATABASE_URL) at the test database."""
     monkeypatch.setenv("DATABASE_URL", db_url)
     return engine
+
+
+@pytest.fixture
+def last_run_and_scores(use_db):
+    """A function of a model spec: the newest calibration run's (model spec, label set id) and the
+    spec's stored ``p_positive`` score by text (what a predict with that champion stored)."""
+    from sqlalchemy import text
+
+    def read(spec: str) -> tuple[tuple[str, int], dict[str, float]]:
+        with use_db.connect() as conn:
+            run = conn.execute(text("SELECT m.spec, r.label_set_id FROM calibration_runs r JOIN models m "
+                                    "ON m.id = r.model_id ORDER BY r.id DESC LIMIT 1")).one()
+            stored = dict(conn.execute(text(
+                "SELECT t.text, p.score FROM predictions p JOIN texts t ON t.text_hash = p.text_hash "
+                "JOIN models m ON m.id = p.model_id WHERE m.spec = :s AND p.score_kind = 'p_positive'"),
+                {"s": spec}).all())
+        return (run.spec, run.label_set_id), stored
+    return read
+

@@ -158,7 +158,8 @@ def test_adapt_registers_the_challenger_with_its_figures_and_the_decision(adapte
     assert mine["metrics"]["cv_f1_positive"] == pytest.approx(f["f1_challenger"])
 
 
-def test_predict_of_the_lineage_uses_the_champion_with_out_of_fold_scores_for_l(adapted, project, use_db, capsys):
+def test_predict_of_the_lineage_uses_the_champion_with_out_of_fold_scores_for_l(adapted, project, use_db, capsys,
+                                                                                last_run_and_scores):
     """Promoted by hand (whatever the rule said), the adapted model scores the lineage's next
     predict: L's stored scores are its fold models' (each claim by a model that never saw it), U's
     the model trained on all of L."""
@@ -173,14 +174,8 @@ def test_predict_of_the_lineage_uses_the_champion_with_out_of_fold_scores_for_l(
                  "--params", str(project["params"]), "--out", str(res)]) == 0
     assert out.spec in capsys.readouterr().out
     art = load_crossfit(out.spec.removeprefix("classifier:"), s.artefact_root)
-    with use_db.connect() as conn:
-        run = conn.execute(text("SELECT m.spec, r.label_set_id FROM calibration_runs r JOIN models m "
-                                "ON m.id = r.model_id ORDER BY r.id DESC LIMIT 1")).one()
-        stored = dict(conn.execute(text(
-            "SELECT t.text, p.score FROM predictions p JOIN texts t ON t.text_hash = p.text_hash "
-            "JOIN models m ON m.id = p.model_id WHERE m.spec = :s AND p.score_kind = 'p_positive'"),
-            {"s": out.spec}).all())
-    assert run.spec == out.spec and run.label_set_id == lab.label_set_id
+    run, stored = last_run_and_scores(out.spec)
+    assert run == (out.spec, lab.label_set_id)
     folds = [art.member_of(t) for t in lab.texts]
     assert set(folds) == {"fold-1", "fold-2"}
     for member in ("fold-1", "fold-2"):

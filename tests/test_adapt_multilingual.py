@@ -10,7 +10,6 @@ import shutil
 import numpy as np
 import pytest
 import yaml
-from sqlalchemy import text
 
 from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE
@@ -101,7 +100,7 @@ def test_adapt_of_a_spanish_lineage_trains_the_stack_and_scores_its_labels_out_o
     assert mine["status"] == ("champion" if out.promoted else "challenger")
 
 
-def test_predict_of_the_spanish_lineage_uses_its_champion(adapted, spanish, use_db, capsys):
+def test_predict_of_the_spanish_lineage_uses_its_champion(adapted, spanish, use_db, capsys, last_run_and_scores):
     """Promoted by hand (whatever the rule said), the stack scores the lineage's next predict: L's
     stored scores are its fold members'."""
     out, lab, s = adapted
@@ -111,14 +110,8 @@ def test_predict_of_the_spanish_lineage_uses_its_champion(adapted, spanish, use_
     assert main(["predict", "--labeled", str(spanish["L"]), "--unlabeled", str(spanish["U"]),
                  "--params", str(spanish["params"]), "--out", str(res)]) == 0
     assert out.spec in capsys.readouterr().out
-    with use_db.connect() as conn:
-        run = conn.execute(text("SELECT m.spec, r.label_set_id FROM calibration_runs r JOIN models m "
-                                "ON m.id = r.model_id ORDER BY r.id DESC LIMIT 1")).one()
-        stored = dict(conn.execute(text(
-            "SELECT t.text, p.score FROM predictions p JOIN texts t ON t.text_hash = p.text_hash "
-            "JOIN models m ON m.id = p.model_id WHERE m.spec = :s AND p.score_kind = 'p_positive'"),
-            {"s": out.spec}).all())
-    assert run.spec == out.spec and run.label_set_id == lab.label_set_id
+    run, stored = last_run_and_scores(out.spec)
+    assert run == (out.spec, lab.label_set_id)
     scorer = LineageStackScorer(out.spec.removeprefix("classifier:"), root=s.artefact_root)
     expected = [g["p_positive"].score for g in scorer.score(lab.texts)]
     assert [stored[t] for t in lab.texts] == pytest.approx(expected, abs=1e-6)
