@@ -312,3 +312,22 @@ def test_the_migration_goes_down_to_384_dimensions_and_back_keeping_minilm_vecto
                     "lineage_spaces_no_truncate"} <= triggers
         finally:
             app.dispose()
+
+
+def test_serve_chooses_the_model_predict_chose_for_a_lineage_not_in_english(use_db, spanish, predicted):
+    """Without --model, serve looks for runs of the model predict gives such labels
+    (``predict.model_other_languages``), not the English ``predict.model``."""
+    import argparse
+
+    from checkworthy.cli.serve import _selection
+    from checkworthy.config import PARAMS_FILE, load_params
+    from checkworthy.runs.embedding import english_counts
+
+    lab, _, _ = spanish
+    args = argparse.Namespace(any_model=False, run=None, model=None, score_kind=None, k=None, correction=None,
+                              interval=None, params=str(PARAMS_FILE))
+    with use_db.connect() as conn:
+        _, selection = _selection(conn, args, load_params(PARAMS_FILE), f"{store_dataset(lab)}:labeled")
+    assert selection.fields["model"] == "classifier:multilingual-tweets"
+    assert english_counts({"en": 9, "es": 1, "und": 40}) and not english_counts({"en": 8, "es": 2})
+    assert english_counts({}) and english_counts({"und": 3})

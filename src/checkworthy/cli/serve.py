@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine
 from checkworthy.cli.checks import port, positive_int
 from checkworthy.config import PARAMS_FILE, load_params
 from checkworthy.errors import UsageError
+from checkworthy.settings import PredictSettings, parse_section
 
 if TYPE_CHECKING:
     from checkworthy.serve.served import Selection
@@ -159,11 +160,23 @@ def served_selection(args: argparse.Namespace, wait: bool = False
     return eng, params, selection
 
 
+def labels_in_english(conn: Connection, lineage: str) -> bool:
+    """Whether the labels in force of ``lineage`` are English (:func:`checkworthy.runs.embedding.
+    english_counts` over their stored languages); a lineage without labels counts as English."""
+    from checkworthy.runs.embedding import english_counts
+    from checkworthy.store.languages import label_set_languages
+    from checkworthy.store.lineages import label_set_in_force
+
+    label_set = label_set_in_force(conn, lineage)
+    return label_set is None or english_counts(label_set_languages(conn, label_set))
+
+
 def _selection(conn: Connection, args: argparse.Namespace, params: Mapping[str, Any], lineage: str
                ) -> tuple[Mapping[str, Any], Selection]:
     """The runs of ``lineage`` the server may serve, and the params to load their models with: the
-    options given, else the lineage's adapted champion, else params.yaml ``predict:`` (none of
-    these with ``--any-model`` or ``--run``)."""
+    options given, else the lineage's adapted champion, else params.yaml ``predict:`` (its
+    ``model_other_languages`` for a lineage whose labels are not English, as ``predict`` chose;
+    none of these with ``--any-model`` or ``--run``)."""
     from checkworthy.runs.predict import adapted_champion, champion_model, champion_params
     from checkworthy.serve.served import Selection
     from checkworthy.store import model_registry as registry
@@ -173,6 +186,9 @@ def _selection(conn: Connection, args: argparse.Namespace, params: Mapping[str, 
     if adapted_champion(champion) and rec and not args.model and not args.score_kind:  # the lineage's own
         params = champion_params(params, champion)
         rec["model"], rec["score_kind"] = champion_model(params, champion)
+    elif rec and not args.model and not labels_in_english(conn, lineage):  # as predict chose
+        rec["model"] = parse_section(PredictSettings, params.get("predict") or {}, "predict",
+                                     args.params).model_other_languages
     fields = {"model": args.model or rec.get("model"), "score_kind": args.score_kind or rec.get("score_kind"),
               "k": args.k or rec.get("k"), "correction": args.correction, "interval": args.interval}
     return params, Selection(lineage, fields, args.run)

@@ -8,7 +8,8 @@ Universal Sentence Encoder multilingual otherwise (docs/method.md, "A lineage's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Connection
 
@@ -42,8 +43,14 @@ def english_labels(labelled_texts: Sequence[str]) -> bool:
     """Whether a team's labelled texts are English: at least :data:`ENGLISH_SHARE` of those in a
     detectable language (:func:`checkworthy.data.language.detect`, the detector whose answers the
     store keeps), or none detectable. It chooses a new lineage's space and predict's model."""
-    codes = [d.code for d in detect(labelled_texts) if d.code != UND]
-    return not codes or sum(c == "en" for c in codes) >= ENGLISH_SHARE * len(codes)
+    return english_counts(Counter(d.code for d in detect(labelled_texts)))
+
+
+def english_counts(languages: Mapping[str, int]) -> bool:
+    """:func:`english_labels` from the count of labelled claims in each language (``und`` ignored),
+    as the store keeps them (:func:`checkworthy.store.languages.label_set_languages`)."""
+    known = sum(n for code, n in languages.items() if code != UND)
+    return not known or languages.get("en", 0) >= ENGLISH_SHARE * known
 
 
 def auto_space(labelled_texts: Sequence[str]) -> str:
