@@ -16,7 +16,7 @@ import html
 import re
 import sys
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -84,20 +84,23 @@ def unreadable(text: str) -> str | None:
     ``О``), which the identifier, the embedding, the kNN and a reader each read differently.
     Words that mix scripts as people write them (``COVID-ваксина``, ``لـCNN``, kanji with kana)
     are readable. Scripts and look-alikes are Unicode's, from ``confusable-homoglyphs``."""
-    from confusable_homoglyphs import categories
 
     words = words_of(text)
     if not any(ch.isalpha() for ch in words):
         return f"no detectable language ({NO_WORDS})"
     for word in words.split():
-        letters = [(ch, categories.alias(ch)) for ch in word if ch.isalpha()]
+        if word.isascii():  # every ASCII letter is Latin: one script
+            continue
+        letters = [(ch, _script(ch)) for ch in word if ch.isalpha()]
         scripts = {s for _, s in letters} - {"COMMON", "INHERITED"}
         if len(scripts) < 2 or any(scripts <= together for together in _WRITTEN_TOGETHER):
             continue
-        main = max(scripts, key=lambda s: sum(1 for _, t in letters if t == s))
+        in_word = Counter(t for _, t in letters)
+        in_text = Counter(_script(ch) for ch in words if ch.isalpha())
+        main = max(sorted(scripts), key=lambda s: (in_word[s], in_text[s]))  # a tie: the text's, then A-Z
         foreign = {ch for ch, s in letters if s not in (main, "COMMON", "INHERITED")}
         if all(_look_alikes(ch, main) for ch in foreign):
-            shown = ", ".join(f"{ch!r} ({categories.alias(ch).lower()})" for ch in sorted(foreign))
+            shown = ", ".join(f"{ch!r} ({_script(ch).lower()})" for ch in sorted(foreign))
             return (f"mixed scripts: the word {word!r} is {main.lower()} but for the look-alike "
                     f"letters {shown}; retype them in {main.lower()}")
     return None
@@ -107,6 +110,15 @@ def unreadable(text: str) -> str | None:
 #: look-alike outside them (Komi ``ԁ`` for ``d``) is no letter a writer of that script types
 _EVERYDAY = {"LATIN": (0x41, 0x24F), "GREEK": (0x370, 0x3FF), "CYRILLIC": (0x400, 0x4FF),
              "ARMENIAN": (0x531, 0x58F)}
+
+
+@cache
+def _script(ch: str) -> str:
+    """Unicode's script of ``ch`` (``LATIN``, ``CYRILLIC``, ``COMMON``...), looked up once a
+    character: the library's lookup searches its whole table each time."""
+    from confusable_homoglyphs import categories
+
+    return str(categories.alias(ch))
 
 
 @cache
