@@ -63,7 +63,7 @@ def labelled(n: int | None) -> dict[str, tuple[list[str], list[int]]]:
 def paths(ref: str) -> tuple[Any, Any, dict[str, Forward]]:
     """The artefact's base, tokenizer and one forward function a runtime (numpy batches in)."""
     _, folder, manifest = verified_folder(ref)
-    base = base_of(manifest["model_type"])
+    base = base_of(manifest)
     normalise = bool(manifest.get("base_model", {}).get("normalised", False))
     graph = torch_graph(folder, base, normalise)
 

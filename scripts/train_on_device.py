@@ -320,7 +320,7 @@ def saved(root: Path, name: str) -> LoraArtefact:
 
     version = (root / name / "LATEST").read_text().strip()
     manifest = json.loads((root / name / version / "manifest.json").read_text())
-    return LoraArtefact(name, version, root / name / version, manifest, base=base_of(manifest["model_type"]))
+    return LoraArtefact(name, version, root / name / version, manifest, base=base_of(manifest))
 
 
 def score_groups(art: LoraArtefact, device: str, limit: int | None) -> dict[str, dict[str, list[list[Any]]]]:
@@ -370,6 +370,7 @@ def main() -> None:
     t.add_argument("--examples", type=int, help="a balanced sample of this many a class (a dry run)")
     t.add_argument("--batch-size", type=int, help="texts a step (default: the base's, 16)")
     t.add_argument("--lr", type=float, help="the adapter's peak learning rate (default: the base's, 3e-4)")
+    t.add_argument("--layers", type=int, help="keep only Gemma's first this many layers (a cheaper student)")
     t.add_argument("--multilingual", action="store_true",
                    help="train on the multilingual set, then score every group's L and U (OUT/scores.json)")
     t.add_argument("--without-team-labels", action="store_true",
@@ -398,7 +399,8 @@ def main() -> None:
         from checkworthy.runs.train_lora import FineTuning
 
         spec = FineTuning.for_base("gemma3-270m", epochs=args.epochs, rank=args.rank,
-                                   batch_size=args.batch_size, lr=args.lr, device=args.device)
+                                   batch_size=args.batch_size, lr=args.lr, device=args.device,
+                                   layers=args.layers)
         train(args.dirs, args.out, args.name, spec, args.examples, args.multilingual, args.score_limit,
               args.without_team_labels)
 

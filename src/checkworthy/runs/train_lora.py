@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ from checkworthy.scorers.lora_classifier import (
     sha256_bytes,
 )
 
+#: the bases whose layers a student may keep the first of (read at their last token)
+DECODERS = tuple(k for k, b in BASES.items() if b.pooling == "last")
 #: each base's training defaults: MiniLM as the artefact was made; Gemma, 20x MiniLM's size, one
 #: pass at a lower adapter rate, its new head at a higher one
 DEFAULTS = {
@@ -60,8 +62,9 @@ DEFAULTS = {
 class FineTuning:
     """How an adapter and head are fine-tuned: the base (a key of :data:`BASES`), the adapter's
     rank, the passes over the texts, the adapter's and head's peak learning rates, the batch size,
-    the share held back to choose the epoch, and the torch device that trains (``cpu``, ``cuda``).
-    Checked when made; :meth:`for_base` fills the options not given with the base's
+    the share held back to choose the epoch, the torch device that trains (``cpu``, ``cuda``) and,
+    for a decoder base, the first layers kept (a shallower, cheaper student; None: all). Checked
+    when made; :meth:`for_base` fills the options not given with the base's
     :data:`DEFAULTS`."""
 
     base: str
@@ -72,10 +75,14 @@ class FineTuning:
     batch_size: int
     val_share: float = 0.1
     device: str = "cpu"
+    layers: int | None = None
 
     def __post_init__(self) -> None:
         if self.base not in BASES:
             raise ValueError(f"unknown base {self.base!r}; choose from {sorted(BASES)}")
+        if self.layers is not None and (BASES[self.base].pooling != "last" or self.layers < 1):
+            raise ValueError(f"layers: a positive count for a decoder base ({', '.join(DECODERS)}), got "
+                             f"{self.layers} for {self.base}")
         for name in ("epochs", "rank", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -91,18 +98,19 @@ class FineTuning:
     @classmethod
     def for_base(cls, base: str = "minilm", *, epochs: int | None = None, rank: int | None = None,
                  lr: float | None = None, head_lr: float | None = None, batch_size: int | None = None,
-                 device: str = "cpu") -> FineTuning:
+                 device: str = "cpu", layers: int | None = None) -> FineTuning:
         """``base``'s :data:`DEFAULTS`, then the options given (None: not given)."""
         if base not in DEFAULTS:
             raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
         given = {"epochs": epochs, "rank": rank, "lr": lr, "head_lr": head_lr, "batch_size": batch_size}
         options = DEFAULTS[base] | {k: v for k, v in given.items() if v is not None}
-        return cls(base=base, device=device, **options)
+        return cls(base=base, device=device, layers=layers, **options)
 
     @property
     def model_base(self) -> Base:
-        """The base model named by :attr:`base`."""
-        return BASES[self.base]
+        """The base model named by :attr:`base`, cut to :attr:`layers` where given."""
+        base = BASES[self.base]
+        return base if self.layers is None else replace(base, layers=self.layers)
 
 
 def _usable(device: str) -> bool:
@@ -392,7 +400,7 @@ def save_trained(name: str, encoder: Any, head: Any, trained: Trained, groups: M
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_rev": git_rev(),
         "base_model": {"model": base.model, "package": base.package, "pooling": base.pooling,
-                       "template": base.template},
+                       "template": base.template, **({} if base.layers is None else {"layers": base.layers})},
         "hyperparameters": trained.hyper,
         "training_seconds": round(trained.seconds, 1),
         "torch_threads": torch.get_num_threads(),

