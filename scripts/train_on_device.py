@@ -28,7 +28,8 @@ multilingual_training_data` (the English debates capped, every language's tweets
 sample of ``language_groups(1000, 300)`` left out) instead of the English one (54,000 embedding
 rows kept, 110 MiB in all); after training, every text of each group's L and U is scored on the
 GPU into ``OUT/scores.json`` (``{group: {"labelled": [[sha256 of the text, label, p], ...],
-"held_out": [...]}}``), also where the CPU evaluation after saving fails.
+"held_out": [...]}}``), also where the CPU evaluation after saving fails. ``--layers K``: a
+student of Gemma's first K layers (the same recipe, a K/18 share of the layers' arithmetic).
 
 Measured on an H100 (one run): an epoch over the 14,802 training texts in batches of 32 takes
 about 71 s with a second training sharing the GPU (each step is bound by kernel launches, not

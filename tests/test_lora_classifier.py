@@ -228,3 +228,25 @@ def test_a_teacher_is_refused_before_anything_is_trained_but_for_lora(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "--teacher: only with --method lora" in err
     assert not (tmp_path / "root").exists()
+
+
+def test_a_gemma_student_keeps_only_the_first_layers(tiny, tmp_path):
+    """``layers``: the student reads Gemma cut to its first 2 layers: the manifest records them, the
+    adapter wraps only those, and the scorer (its exported graph) cuts the base the same way. A depth
+    the base lacks, or a cut of an encoder, is refused before anything is written."""
+    _, _, small = tiny
+    data = training.TrainingData(["claimbuster:2016"], groups=small, sources=["claimbuster:other"])
+    art = train_lora("cut", FineTuning.for_base("gemma3-270m", layers=2), data, examples=8, root=tmp_path)
+    assert art.manifest["base_model"]["layers"] == 2 and art.base.layers == 2
+    folder = tmp_path / "cut" / art.version
+    assert (folder / "adapter_model.safetensors").stat().st_size < 2_000_000  # 2 layers' adapter of 18
+    scorer, _ = make_scorer("classifier:cut", root=str(tmp_path))
+    texts = [c.text for c in small["claimbuster:2016"][:8]]
+    p = [o["p_positive"].score for o in scorer.score(texts)]
+    assert p == pytest.approx(art.predict_proba(texts), abs=1e-5)
+    for base, layers in (("minilm", 2), ("gemma3-270m", 0)):
+        with pytest.raises(ValueError, match="layers"):
+            FineTuning.for_base(base, layers=layers)
+    with pytest.raises(ValueError, match="layers must lie between 1 and 18"):
+        train_lora("deep", FineTuning.for_base("gemma3-270m", layers=19), data, examples=8, root=tmp_path)
+    assert not (tmp_path / "deep").exists()
