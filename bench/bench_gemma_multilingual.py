@@ -13,7 +13,12 @@ Per group, on U's labels: the model's positive-class F1 at 0.5 and ROC AUC; the 
 n-gram TF-IDF (2-5) + class-balanced logistic regression fitted on L; and the **stack**: a
 class-balanced logistic regression fitted on L over three logits, the model's, TF-IDF's and a
 logistic head's on Universal Sentence Encoder multilingual v3 vectors (the last two cross-fitted on
-L, 5 folds), deciding at 0.5. Mean and spread over Arabic, Spanish, Dutch, Bulgarian and Turkish.
+L, 5 folds), deciding at 0.5. The **cascade**: the cheap stack (the same, over
+``multilingual-tweets``' logit instead of the model's: ``--fast``) decides every claim, and the
+share of U it is least sure of (nearest 0.5; a batch's own ranking, no label read) takes the
+stack over all four logits instead; its claims/s follow from :data:`FAST_RATE` and the model's
+(``--slow-rate``, :data:`SLOW_RATE`). Mean and spread over Arabic, Spanish, Dutch, Bulgarian and
+Turkish.
 Nothing here runs the model: the scores are the GPU's (the model scores ~16 claims/s on 2 CPU cores,
 docs/scale.md). Prints the table and a JSON line. Run from the repository root:
 ``.venv/bin/python -m bench.bench_gemma_multilingual [SCORES.json.xz]``.
@@ -38,6 +43,12 @@ from checkworthy.runs.multilingual_set import Group, language_groups
 from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
 
 SCORES = Path(__file__).parent / "scores" / "gemma-lora-ml-without-team-labels.json.xz"
+FAST = Path(__file__).parent / "scores" / "multilingual-tweets.json.xz"
+#: the shares of U the cascade sends to the larger model
+CASCADE_SHARES = (0.05, 0.1, 0.2)
+#: claims/s on 2 cores: the cheap path (multilingual-tweets with the USE vector, docs/method.md's
+#: table: 137-354 under load) and the Gemma LoRA (docs/scale.md: 17.6-19.8 idle, 16 under load)
+FAST_RATE, SLOW_RATE = 300.0, 16.0
 LANGUAGES = ("ar-tweets", "es-tweets", "nl-tweets", "bg-tweets", "tr-tweets")
 
 
@@ -57,15 +68,20 @@ def balanced() -> LogisticRegression:
     return LogisticRegression(max_iter=3000, class_weight="balanced")
 
 
-def figures(group: Group, scores: dict[str, list[list[object]]]) -> dict[str, float]:
-    """The model, TF-IDF on L and the stack on one group's U."""
-    def read(part: str, claims: list) -> NDArray[np.float64]:
-        by_hash = {h: p for h, _, p in scores[part]}
-        return np.array([by_hash[hashlib.sha256(c.text.encode()).hexdigest()] for c in claims], dtype=float)
+def read(scores: dict[str, list[list[object]]], part: str, claims: list) -> NDArray[np.float64]:
+    """The logits of ``claims`` in ``scores``' ``part`` (``labelled`` or ``held_out``), by text hash."""
+    by_hash = {h: p for h, _, p in scores[part]}
+    p = [by_hash[hashlib.sha256(c.text.encode()).hexdigest()] for c in claims]
+    return logit(np.array(p, dtype=float))
 
+
+def figures(group: Group, scores: dict[str, list[list[object]]], fast: dict[str, list[list[object]]]
+            ) -> dict[str, float]:
+    """The model, TF-IDF on L, the stack and the cascade on one group's U."""
     lab, held = group.labelled, group.held_out
     y_l, y_u = np.array([c.label for c in lab]), np.array([c.label for c in held])
-    m_l, m_u = logit(read("labelled", lab)), logit(read("held_out", held))
+    m_l, m_u = read(scores, "labelled", lab), read(scores, "held_out", held)
+    f_l, f_u = read(fast, "labelled", lab), read(fast, "held_out", held)
     tfidf = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True)
     x_l, x_u = tfidf.fit_transform([c.text for c in lab]), tfidf.transform([c.text for c in held])
     t_u_p = balanced().fit(x_l, y_l).predict_proba(x_u)[:, 1]
@@ -75,37 +91,67 @@ def figures(group: Group, scores: dict[str, list[list[object]]]) -> dict[str, fl
     u_l = logit(cross_val_predict(balanced(), e_l, y_l, cv=5, method="predict_proba")[:, 1])
     u_u = logit(balanced().fit(e_l, y_l).predict_proba(e_u)[:, 1])
     stack = balanced().fit(np.c_[m_l, t_l, u_l], y_l).predict_proba(np.c_[m_u, logit(t_u_p), u_u])[:, 1]
+    cheap = balanced().fit(np.c_[f_l, t_l, u_l], y_l).predict_proba(np.c_[f_u, logit(t_u_p), u_u])[:, 1]
+    both = balanced().fit(np.c_[m_l, f_l, t_l, u_l], y_l)
+    both_u = both.predict_proba(np.c_[m_u, f_u, logit(t_u_p), u_u])[:, 1]
+    unsure = np.argsort(np.abs(cheap - 0.5), kind="stable")
+    cascade = {}
+    for share in CASCADE_SHARES:
+        p = cheap.copy()
+        sent = unsure[: round(share * len(p))]
+        p[sent] = both_u[sent]
+        cascade[f"cascade_{share:g}_f1"] = f1(y_u, p)
     model_u = 1 / (1 + np.exp(-m_u))
     return {"model_f1": f1(y_u, model_u), "model_auc": roc_auc(y_u, model_u),
             "tfidf_f1": f1(y_u, t_u_p), "tfidf_auc": roc_auc(y_u, t_u_p),
             "stack_f1": f1(y_u, stack), "stack_auc": roc_auc(y_u, stack),
+            "cheap_stack_f1": f1(y_u, cheap), **cascade,
             "n_labelled": len(lab), "n_held_out": len(held)}
+
+
+def load(path: Path) -> dict[str, dict[str, list[list[object]]]]:
+    """A scores.json, xz-compressed where its name says so."""
+    raw = path.read_bytes()
+    return json.loads(lzma.decompress(raw) if path.suffix == ".xz" else raw)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scores", nargs="?", type=Path, default=SCORES,
                     help="scores.json(.xz) of train --multilingual")
+    ap.add_argument("--fast", type=Path, default=FAST,
+                    help="the cheap model's scores.json(.xz) (the cascade's)")
+    ap.add_argument("--slow-rate", type=float, default=SLOW_RATE,
+                    help=f"claims/s of SCORES' model on 2 cores (default: the Gemma LoRA's, {SLOW_RATE:g})")
     args = ap.parse_args()
-    raw = args.scores.read_bytes()
-    scores = json.loads(lzma.decompress(raw) if args.scores.suffix == ".xz" else raw)
-    rows = {g.name: figures(g, scores[g.name]) for g in language_groups()}
-    print(f"scores: {args.scores.name}")
-    print("| group | L | U | model F1 | model AUC | TF-IDF on L F1 | AUC | stack F1 | stack AUC |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if not args.slow_rate > 0:
+        ap.error(f"--slow-rate must be positive, got {args.slow_rate}")
+    scores, fast = load(args.scores), load(args.fast)
+    rows = {g.name: figures(g, scores[g.name], fast[g.name]) for g in language_groups()}
+    cascades = [f"cascade_{share:g}_f1" for share in CASCADE_SHARES]
+    print(f"scores: {args.scores.name}; cheap model: {args.fast.name}")
+    print("| group | L | U | model F1 | model AUC | TF-IDF on L F1 | AUC | stack F1 | stack AUC | "
+          "cheap stack F1 | " + " | ".join(f"cascade {share:.0%} F1" for share in CASCADE_SHARES) + " |")
+    print("|---|" + "---:|" * (10 + len(CASCADE_SHARES)))
     for name, r in rows.items():
         print(f"| {name} | {r['n_labelled']} | {r['n_held_out']} | {r['model_f1']:.3f} | "
               f"{r['model_auc']:.3f} | {r['tfidf_f1']:.3f} | {r['tfidf_auc']:.3f} | {r['stack_f1']:.3f} | "
-              f"{r['stack_auc']:.3f} |")
+              f"{r['stack_auc']:.3f} | {r['cheap_stack_f1']:.3f} | "
+              + " | ".join(f"{r[c]:.3f}" for c in cascades) + " |")
     summary = {}
-    for key in ("model_f1", "tfidf_f1", "stack_f1", "model_auc", "tfidf_auc", "stack_auc"):
+    for key in ("model_f1", "tfidf_f1", "stack_f1", "cheap_stack_f1", *cascades, "model_auc", "tfidf_auc",
+                "stack_auc"):
         v = [rows[n][key] for n in LANGUAGES]
         summary[key] = {"mean": round(float(np.mean(v)), 3), "min": round(min(v), 3), "max": round(max(v), 3)}
     for key, s in summary.items():
         print(f"{key} over ar, es, nl, bg, tr: mean {s['mean']:.3f} ({s['min']:.3f}-{s['max']:.3f})")
-    print(json.dumps({"bench": "gemma_multilingual", "scores": args.scores.name, "groups": rows,
-                      "over_languages": summary}))
-
+    rates = {"cheap": FAST_RATE, "model": args.slow_rate,
+             **{f"cascade_{share:g}": round(1 / (1 / FAST_RATE + share / args.slow_rate), 1)
+                for share in CASCADE_SHARES}}
+    print("claims/s on 2 cores, from the rates measured alone: "
+          + ", ".join(f"{k} {v:g}" for k, v in rates.items()))
+    print(json.dumps({"bench": "gemma_multilingual", "scores": args.scores.name, "fast": args.fast.name,
+                      "groups": rows, "over_languages": summary, "claims_per_s": rates}))
 
 if __name__ == "__main__":
     main()
