@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from checkworthy.cli.main import main
 from checkworthy.config import CODE_ROOT
 from checkworthy.data.datasets import load_clef, load_tweets
-from checkworthy.runs.embedding import auto_space
+from checkworthy.runs.embedding import auto_space, english_labels
 from checkworthy.scorers.embedders import MINILM, USE_MULTILINGUAL, dimension, embed
 from checkworthy.store import rows as store
 from checkworthy.store.audit import table_counts
@@ -61,9 +61,9 @@ def test_each_model_gives_unit_vectors_of_its_dimension():
 def test_auto_picks_minilm_for_english_labels_and_use_for_others(spanish):
     clef, _ = load_clef(raw_path("clef2024", "CT24_checkworthy_english_dev-test.tsv"), "dev-test")
     tweets, _ = load_tweets(raw_path("multilingual", *SPANISH), "ct22-train", dataset="tweets-es")
-    assert auto_space([c.text for c in clef[:30]]) == MINILM
-    assert auto_space([t.text for t in tweets[:30]]) == USE_MULTILINGUAL
-    assert auto_space(["https://t.co/x @someone 123"]) == MINILM  # nothing detectable: English's
+    assert auto_space(english_labels([c.text for c in clef[:30]])) == MINILM
+    assert auto_space(english_labels([t.text for t in tweets[:30]])) == USE_MULTILINGUAL
+    assert auto_space(english_labels(["https://t.co/x @someone 123"])) == MINILM  # nothing detectable: English's
 
 
 def test_a_vector_of_another_dimension_is_refused_by_the_database(engine):

@@ -12,6 +12,7 @@ import pytest
 from checkworthy.cli.main import main
 from checkworthy.data.datasets import MULTILINGUAL_TWEETS, load_tweets
 from checkworthy.data.records import Claim
+from checkworthy.runs.embedding import english_labels
 from checkworthy.runs.predict import Recommended, for_language
 from checkworthy.runs.train_multilingual import MultilingualSpec, read_exclude_texts, train_multilingual
 from checkworthy.scorers.multilingual import MultilingualScorer, load_multilingual
@@ -92,9 +93,9 @@ def test_a_trained_model_never_learns_an_excluded_text(tmp_path):
 
 def test_labels_that_are_not_english_choose_the_multilingual_model():
     rec = Recommended.of(PredictSettings())
-    assert for_language(rec, SPANISH).model == "classifier:multilingual-tweets"
+    assert for_language(rec, english_labels(SPANISH)).model == "classifier:multilingual-tweets"
     english = ["The unemployment rate rose to 12 percent last year.", "Good morning, everyone!"]
-    assert for_language(rec, english).model == rec.model == "classifier:minilm-student"
+    assert for_language(rec, english_labels(english)).model == rec.model == "classifier:minilm-student"
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,14 @@ from checkworthy.method import promotion
 from checkworthy.method.embedding_head import stratified_folds
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.embedding import english_labels
-from checkworthy.runs.predict import SCORE_KIND, Recommended, artefact_root, champion_model, champion_params
+from checkworthy.runs.predict import (
+    SCORE_KIND,
+    Recommended,
+    adapted_champion,
+    artefact_root,
+    champion_model,
+    champion_params,
+)
 from checkworthy.runs.recalibration import spec_from_run
 from checkworthy.runs.scoring import score_missing
 from checkworthy.runs.train_classifier import fingerprint
@@ -148,6 +156,12 @@ class Labelled:
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.texts, self.labels)
+
+    @cached_property
+    def english(self) -> bool:
+        """Whether the labels are English (:func:`~checkworthy.runs.embedding.english_labels`),
+        detected once however often the model to start from and the champion ask."""
+        return english_labels(self.texts)
 
 
 def distinct_labels(lineage: str, label_set_id: int, pairs: Sequence[tuple[str, int]]) -> Labelled:
@@ -336,7 +350,7 @@ def adapt_start(lab: Labelled, params: Mapping[str, Any], s: AdaptSettings) -> t
     """Whether the lineage's labels are English, and what its model starts from: ``s.start`` (a
     MiniLM LoRA fine-tuned further) for English labels, else ``predict.model_other_languages`` (the
     shared model a stack is fitted over)."""
-    if english_labels(lab.texts):
+    if lab.english:
         return True, s.start
     return False, Recommended.from_params(params).model_other_languages
 
@@ -362,7 +376,7 @@ def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSett
         echo(f"versioned: {dvc_file}")
     with engine.connect() as conn:
         current = registry.champion(conn, lab.lineage)
-    champ_spec, champ_kind = champion_model(params, current, lab.texts)
+    champ_spec, champ_kind = champion_model(params, current, english)
     echo(f"scoring the labelled claims with {spec} (out of fold) and the champion {champ_spec}")
     challenger = scores_on(engine, champion_params(params, {"spec": spec, "artefact": artefact}), spec,
                            SCORE_KIND, lab.texts)
@@ -476,8 +490,9 @@ def recalibrate_with_champion(engine: Engine, lineage: str, params: Mapping[str,
         labelled = store.label_set_claims(conn, label_set) if label_set is not None else []
         every = {c for ids in claims.values() for c in ids} | set(labelled)
         hashes = store.claim_text_hashes(conn, sorted(every))
-    texts = lineage_labels(engine, lineage).texts if label_set is not None else []
-    spec, kind = champion_model(params, row, texts)  # params.yaml's model for the labels' language
+    # params.yaml's model for the labels' language (detected only when no adapted champion decides)
+    english = label_set is None or adapted_champion(row) or lineage_labels(engine, lineage).english
+    spec, kind = champion_model(params, row, english)
     scorer, prompt = configured_scorer(champion_params(params, row), spec)
     keys = score_missing(engine, scorer, hashes, prompt)[2]
     out = []

@@ -42,7 +42,8 @@ def ensure_embeddings(
 def english_labels(labelled_texts: Sequence[str]) -> bool:
     """Whether a team's labelled texts are English: at least :data:`ENGLISH_SHARE` of those in a
     detectable language (:func:`checkworthy.data.language.detect`, the detector whose answers the
-    store keeps), or none detectable. It chooses a new lineage's space and predict's model."""
+    store keeps), or none detectable. It chooses a new lineage's space (:func:`auto_space`) and
+    predict's model; a caller decides it once and passes the answer to both."""
     return english_counts(Counter(d.code for d in detect(labelled_texts)))
 
 
@@ -53,7 +54,7 @@ def english_counts(languages: Mapping[str, int]) -> bool:
     return not known or languages.get("en", 0) >= ENGLISH_SHARE * known
 
 
-def auto_space(labelled_texts: Sequence[str]) -> str:
-    """The space ``auto`` picks for a new lineage of these labelled texts: MiniLM for English
-    labels (:func:`english_labels`), else USE multilingual v3."""
-    return MINILM if english_labels(labelled_texts) else USE_MULTILINGUAL
+def auto_space(english: bool) -> str:
+    """The space ``auto`` picks for a new lineage: MiniLM when its labels are ``english``
+    (:func:`english_labels`, decided once by the caller), else USE multilingual v3."""
+    return MINILM if english else USE_MULTILINGUAL

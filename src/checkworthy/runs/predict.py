@@ -12,7 +12,7 @@ champion. A lineage calibrates in one embedding space (``--embedding``, :func:`l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,16 +131,18 @@ def predict(request: PredictRequest, settings: Settings, rec: Recommended) -> Pr
     """``checkworthy predict`` after its options: validate both files, refuse a ``--name`` of other
     labels, take the lineage's champion unless a model was named, build and check the scorer (a
     :class:`UsageError` naming ``--model``), then :func:`predict_files`. Each file is hashed once,
-    and nothing is stored before every check has passed."""
+    and nothing is stored before every check has passed. Whether the labels are English
+    (:func:`~checkworthy.runs.embedding.english_labels`) is decided once, for the space and the model."""
     lab, unl = read_files(request.labelled, request.unlabelled, rec.k)
     files = UserFile.of(request.labelled), UserFile.of(request.unlabelled)
     engine = get_engine()
     check_lineage_name(engine, request.lineage, files[0])
+    english = english_labels([r.text for r in lab])  # decided once: the space and the model follow it
     rec = rec.but(embedding=lineage_embedding(engine, rec.embedding, request.lineage or files[0].lineage,
-                                              lab, request.embedding_option))
+                                              english, request.embedding_option))
     params = settings.params
     if not request.model_given:
-        rec = for_language(rec, [r.text for r in lab])
+        rec = for_language(rec, english)
         params, rec = with_champion(engine, params, rec, request.lineage or files[0].lineage)
     try:
         scorer, prompt = configured_scorer(params, rec.model)
@@ -158,27 +160,28 @@ def check_embedding(value: str, option: str = "--embedding") -> None:
         raise UsageError(f"{option} {value}: unknown embedding; choose {AUTO} or one of {', '.join(MODELS)}")
 
 
-def lineage_embedding(engine: Engine, embedding: str, lineage: str, lab: list[Row],
+def lineage_embedding(engine: Engine, embedding: str, lineage: str, english: bool,
                       option: str = "--embedding") -> str:
     """The space ``lineage`` calibrates in, checked before anything is stored: its recorded one
     (``embedding`` must be ``auto`` or the same: another would mix embedding spaces, refused as
     one line naming ``option``, the lineage and both spaces); for a new lineage ``embedding``, and
-    for ``auto`` the one its labelled texts ``lab`` call for (:func:`auto_space`)."""
+    for ``auto`` the one its labels call for (:func:`auto_space`; ``english``: whether they are English)."""
     check_embedding(embedding, option)
     with engine.connect() as conn:
         space = lineage_space(conn, lineage)
     if space is None:
-        return auto_space([r.text for r in lab]) if embedding == AUTO else embedding
+        return auto_space(english) if embedding == AUTO else embedding
     if embedding not in (AUTO, space):
         raise UsageError(f"{option} {embedding}: lineage {lineage} is in {space}; calibrating it in "
                          f"{embedding} would mix embedding spaces (use {space} or {AUTO}, or another --name)")
     return space
 
 
-def for_language(rec: Recommended, labelled_texts: Sequence[str]) -> Recommended:
-    """``rec`` with ``model_other_languages`` as the model when the labels are not English
-    (:func:`checkworthy.runs.embedding.english_labels`); English labels keep ``model``."""
-    return rec if english_labels(labelled_texts) else rec.but(model=rec.model_other_languages)
+def for_language(rec: Recommended, english: bool) -> Recommended:
+    """``rec`` with ``model_other_languages`` as the model when the labels are not ``english``
+    (:func:`checkworthy.runs.embedding.english_labels`, decided by the caller); English labels keep
+    ``model``."""
+    return rec if english else rec.but(model=rec.model_other_languages)
 
 
 def check_lineage_name(engine: Engine, name: str | None, labelled: UserFile) -> None:
@@ -212,12 +215,11 @@ def champion_params(params: Mapping[str, Any], row: Mapping[str, Any] | None) ->
 
 
 def champion_model(params: Mapping[str, Any], row: Mapping[str, Any] | None,
-                   labelled_texts: Sequence[str] = ()) -> tuple[str, str]:
+                   english: bool = True) -> tuple[str, str]:
     """The model spec and score kind a lineage uses: its own champion's, else params.yaml ``predict:``
-    (its ``model_other_languages`` when the lineage's ``labelled_texts`` are not English:
-    :func:`for_language`)."""
+    (its ``model_other_languages`` when the lineage's labels are not ``english``: :func:`for_language`)."""
     if not adapted_champion(row):
-        rec = for_language(Recommended.from_params(params), labelled_texts)
+        rec = for_language(Recommended.from_params(params), english)
         return rec.model, rec.score_kind
     assert row is not None
     return row["spec"], row["artefact"].get("score_kind", SCORE_KIND)
