@@ -75,6 +75,15 @@ def read(scores: dict[str, list[list[object]]], part: str, claims: list) -> NDAr
     return logit(np.array(p, dtype=float))
 
 
+def cascade(cheap: NDArray[np.float64], better: NDArray[np.float64], share: float) -> NDArray[np.float64]:
+    """``cheap``'s probabilities, but ``better``'s for the ``share`` of claims whose cheap probability
+    lies nearest 0.5 (ties: the earlier claim)."""
+    out = cheap.copy()
+    sent = np.argsort(np.abs(cheap - 0.5), kind="stable")[: round(share * len(cheap))]
+    out[sent] = better[sent]
+    return out
+
+
 def figures(group: Group, scores: dict[str, list[list[object]]], fast: dict[str, list[list[object]]]
             ) -> dict[str, float]:
     """The model, TF-IDF on L, the stack and the cascade on one group's U."""
@@ -94,18 +103,12 @@ def figures(group: Group, scores: dict[str, list[list[object]]], fast: dict[str,
     cheap = balanced().fit(np.c_[f_l, t_l, u_l], y_l).predict_proba(np.c_[f_u, logit(t_u_p), u_u])[:, 1]
     both = balanced().fit(np.c_[m_l, f_l, t_l, u_l], y_l)
     both_u = both.predict_proba(np.c_[m_u, f_u, logit(t_u_p), u_u])[:, 1]
-    unsure = np.argsort(np.abs(cheap - 0.5), kind="stable")
-    cascade = {}
-    for share in CASCADE_SHARES:
-        p = cheap.copy()
-        sent = unsure[: round(share * len(p))]
-        p[sent] = both_u[sent]
-        cascade[f"cascade_{share:g}_f1"] = f1(y_u, p)
+    sent = {f"cascade_{share:g}_f1": f1(y_u, cascade(cheap, both_u, share)) for share in CASCADE_SHARES}
     model_u = 1 / (1 + np.exp(-m_u))
     return {"model_f1": f1(y_u, model_u), "model_auc": roc_auc(y_u, model_u),
             "tfidf_f1": f1(y_u, t_u_p), "tfidf_auc": roc_auc(y_u, t_u_p),
             "stack_f1": f1(y_u, stack), "stack_auc": roc_auc(y_u, stack),
-            "cheap_stack_f1": f1(y_u, cheap), **cascade,
+            "cheap_stack_f1": f1(y_u, cheap), **sent,
             "n_labelled": len(lab), "n_held_out": len(held)}
 
 

@@ -39,3 +39,12 @@ def test_the_tuned_threshold_and_f1() -> None:
 def test_a_mismatch_of_labels_and_vectors_is_refused() -> None:
     with pytest.raises(ValueError, match="5 labels for 6"):
         knn_label_mean(LABELLED, LABELLED, LABELS[:5])
+
+
+def test_the_cascade_sends_the_claims_the_cheap_model_is_least_sure_of() -> None:
+    from bench.bench_gemma_multilingual import cascade
+
+    cheap, better = np.array([0.9, 0.45, 0.1, 0.55, 0.6]), np.array([0.0, 1.0, 1.0, 0.0, 1.0])
+    assert cascade(cheap, better, 0.0).tolist() == cheap.tolist()
+    assert cascade(cheap, better, 0.4).tolist() == [0.9, 1.0, 0.1, 0.0, 0.6]  # 0.45 and 0.55 (0.05 off)
+    assert cascade(cheap, better, 1.0).tolist() == better.tolist()
