@@ -47,6 +47,7 @@ import json
 import lzma
 import tarfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -399,9 +400,9 @@ def main() -> None:
             ap.error("--without-team-labels needs --multilingual")
         from checkworthy.runs.train_lora import FineTuning
 
-        spec = FineTuning.for_base("gemma3-270m", epochs=args.epochs, rank=args.rank,
-                                   batch_size=args.batch_size, lr=args.lr, device=args.device,
-                                   layers=args.layers)
+        spec = replace(FineTuning.for_base("gemma3-270m", epochs=args.epochs, rank=args.rank,
+                                           batch_size=args.batch_size, lr=args.lr, device=args.device),
+                       layers=args.layers)
         train(args.dirs, args.out, args.name, spec, args.examples, args.multilingual, args.score_limit,
               args.without_team_labels)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -236,7 +237,7 @@ def test_a_gemma_student_keeps_only_the_first_layers(tiny, tmp_path):
     the base lacks, or a cut of an encoder, is refused before anything is written."""
     _, _, small = tiny
     data = training.TrainingData(["claimbuster:2016"], groups=small, sources=["claimbuster:other"])
-    art = train_lora("cut", FineTuning.for_base("gemma3-270m", layers=2), data, examples=8, root=tmp_path)
+    art = train_lora("cut", replace(FineTuning.for_base("gemma3-270m"), layers=2), data, examples=8, root=tmp_path)
     assert art.manifest["base_model"]["layers"] == 2 and art.base.layers == 2
     folder = tmp_path / "cut" / art.version
     assert (folder / "adapter_model.safetensors").stat().st_size < 2_000_000  # 2 layers' adapter of 18
@@ -246,7 +247,7 @@ def test_a_gemma_student_keeps_only_the_first_layers(tiny, tmp_path):
     assert p == pytest.approx(art.predict_proba(texts), abs=1e-5)
     for base, layers in (("minilm", 2), ("gemma3-270m", 0)):
         with pytest.raises(ValueError, match="layers"):
-            FineTuning.for_base(base, layers=layers)
+            replace(FineTuning.for_base(base), layers=layers)
     with pytest.raises(ValueError, match="layers must lie between 1 and 18"):
-        train_lora("deep", FineTuning.for_base("gemma3-270m", layers=19), data, examples=8, root=tmp_path)
+        train_lora("deep", replace(FineTuning.for_base("gemma3-270m"), layers=19), data, examples=8, root=tmp_path)
     assert not (tmp_path / "deep").exists()

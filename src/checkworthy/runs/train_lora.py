@@ -98,13 +98,13 @@ class FineTuning:
     @classmethod
     def for_base(cls, base: str = "minilm", *, epochs: int | None = None, rank: int | None = None,
                  lr: float | None = None, head_lr: float | None = None, batch_size: int | None = None,
-                 device: str = "cpu", layers: int | None = None) -> FineTuning:
+                 device: str = "cpu") -> FineTuning:
         """``base``'s :data:`DEFAULTS`, then the options given (None: not given)."""
         if base not in DEFAULTS:
             raise ValueError(f"unknown base {base!r}; choose from {sorted(BASES)}")
         given = {"epochs": epochs, "rank": rank, "lr": lr, "head_lr": head_lr, "batch_size": batch_size}
         options = DEFAULTS[base] | {k: v for k, v in given.items() if v is not None}
-        return cls(base=base, device=device, layers=layers, **options)
+        return cls(base=base, device=device, **options)
 
     @property
     def model_base(self) -> Base:
