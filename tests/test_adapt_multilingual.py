@@ -5,7 +5,9 @@ tweets of CheckThat! 2022."""
 
 from __future__ import annotations
 
+import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,12 +16,13 @@ import yaml
 from checkworthy.cli.main import main
 from checkworthy.config import PARAMS_FILE
 from checkworthy.data.datasets import MULTILINGUAL_TWEETS, load_tweets
-from checkworthy.runs.adapt import AdaptSettings, adapt, distinct_labels
+from checkworthy.runs.adapt import AdaptSettings, adapt, adapt_start, distinct_labels
 from checkworthy.runs.own_scores import labelled_lineage
 from checkworthy.scorers.classifier import LINEAGE_STACK, model_type
 from checkworthy.scorers.crossfit import FULL
 from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
 from checkworthy.scorers.lineage_stack import LineageStackScorer, load_lineage_stack
+from checkworthy.scorers.lora_classifier import load_lora
 from checkworthy.scorers.multilingual import load_multilingual, logit
 from checkworthy.scorers.registry import make_scorer
 from checkworthy.store import model_registry as registry
@@ -127,3 +130,88 @@ def test_a_stack_whose_arrays_do_not_match_the_manifest_is_refused(adapted, tmp_
     (copy / "model.npz").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="model.npz does not match its manifest's sha256"):
         load_lineage_stack(f"{name}@{version}", tmp_path)
+
+
+SLOW = "classifier:gemma-lora-ml"
+
+
+@pytest.fixture(scope="module")
+def adapted_slow(adapted, spanish, engine):
+    """The Spanish lineage adapted again with the multilingual Gemma LoRA as the slower model, read
+    for the quarter of L the cheap stack is least sure of."""
+    out, lab, s = adapted
+    from checkworthy.config import load_params
+
+    slow = replace(s, slow_model=SLOW, slow_share=0.25)
+    return adapt(engine, lab, load_params(spanish["params"]), slow, 2026, dvc=None, echo=print), lab, slow
+
+
+def test_a_slower_model_reads_only_the_band_the_labels_fixed(adapted_slow, engine):
+    """Each claim: the cheap stack's probability, or within the band (a quarter of L's out-of-fold
+    probabilities) the stack over the Gemma LoRA's logit too; the same claim scores the same alone
+    or in a batch."""
+    out, lab, s = adapted_slow
+    ref = out.spec.removeprefix("classifier:")
+    model = load_lineage_stack(ref, s.artefact_root)
+    gemma = load_lora(SLOW.removeprefix("classifier:"))
+    assert model.manifest["slow_model"]["model"] == f"{gemma.name}@{gemma.version}"
+    assert model.manifest["slow_model"]["share"] == 0.25
+    assert model.slow is not None and set(model.slow.stacks) == set(model.members)
+    half_width = model.slow.half_width
+    assert half_width == model.manifest["slow_model"]["half_width"] and 0 < half_width < 0.5
+    scorer = LineageStackScorer(ref, root=s.artefact_root)
+    assert scorer.params()["slow_model"] == model.slow.ref
+    with engine.connect() as conn:
+        training = registry.version(conn, out.version_id)["training"]
+    assert (training["slow_model"], training["slow_share"]) == (SLOW, 0.25)
+    texts = [*lab.texts, "El paro bajó un 3% en marzo, según el Ministerio de Trabajo."]
+    scores = scorer.score(texts)
+    got = np.array([g["p_positive"].score for g in scores])
+    use = embed(USE_MULTILINGUAL, texts)
+    shared_logit = logit(model.shared.predict_proba(texts, use))
+    who = [model.member_of(t) for t in texts]
+    cheap = np.array([model.members[m].proba([t], shared_logit[i:i + 1], use[i:i + 1])[0]
+                      for i, (t, m) in enumerate(zip(texts, who))])
+    sent = np.flatnonzero(np.abs(cheap - 0.5) <= half_width)
+    assert 0.2 <= np.mean(np.abs(cheap[:-1] - 0.5) <= half_width) <= 0.3  # L's share, out of fold
+    kept = np.setdiff1d(np.arange(len(texts)), sent)
+    assert got[kept] == pytest.approx(cheap[kept], abs=1e-6)
+    slow_logit = logit(gemma.predict_proba([texts[i] for i in sent]))
+    for j, i in enumerate(sent):
+        m = who[i]
+        own = model.members[m].own_logits([texts[i]], use[i:i + 1])
+        expected = model.slow.stacks[m].proba(np.c_[shared_logit[i:i + 1], slow_logit[j:j + 1], own])[0]
+        assert got[i] == pytest.approx(expected, abs=1e-5)
+    named = [json.loads(g["p_positive"].raw).get("slow_model") for g in scores]  # what an audit reads
+    assert [i for i, n in enumerate(named) if n == model.slow.ref] == sent.tolist()
+    assert {named[i] for i in kept} == {None}
+    alone = scorer.score([texts[sent[0]]])[0]["p_positive"].score
+    assert alone == pytest.approx(got[sent[0]], abs=1e-5)
+
+
+def test_english_labels_take_the_stack_when_a_slower_model_is_set(adapted):
+    """With a slower model, labels in any language are a stack's (the MiniLM path is English's without one)."""
+    from checkworthy.config import load_params
+
+    _, _, s = adapted
+    params = load_params(PARAMS_FILE)
+    english = distinct_labels("en", 0, [("The unemployment rate fell to 3.5% last year.", 1),
+                                        ("Thank you all for coming tonight, it is great to be here.", 0)])
+    assert adapt_start(english, params, s) == (True, s.start)
+    assert adapt_start(english, params, replace(s, slow_model=SLOW)) == (False, SHARED)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--slow-model", SHARED], "adapt.slow_model 'classifier:multilingual-tweets': not a classifier with an "
+                               "adapter of its own"),
+    (["--slow-model", "classifier:no-such-model"], "adapt.slow_model 'classifier:no-such-model': no classifier"),
+    (["--slow-share", "0"], "--slow-share: must lie above 0 and at most 1, got 0"),
+])
+def test_adapt_refuses_a_slower_model_it_cannot_use_before_training(spanish, use_db, capsys, option, message):
+    root = spanish["tmp"] / "models"
+    before = sorted(root.rglob("*")) if root.exists() else []
+    assert main(["adapt", "--labeled", str(spanish["L"]), "--params", str(spanish["params"]), "--no-dvc",
+                 *option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert (sorted(root.rglob("*")) if root.exists() else []) == before

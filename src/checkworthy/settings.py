@@ -70,6 +70,11 @@ class AdaptSection(Section):
     root: str = "models/classifier"
     level: OpenUnit = 0.95
     every_n_labels: PositiveInt = 100
+    #: a slower, better classifier (e.g. ``classifier:gemma-lora-ml``) the lineage's stack also
+    #: weighs, for the claims its cheap stack is least sure of (None: the cheap stack alone)
+    slow_model: str | None = None
+    #: the share of the labelled claims (nearest the cheap stack's 0.5) whose band the slower model reads
+    slow_share: Annotated[float, Field(gt=0, le=1)] = 1.0
     lr: Annotated[float, Field(gt=0)] | None = None
     head_lr: Annotated[float, Field(gt=0)] | None = None
     batch_size: PositiveInt | None = None

@@ -52,6 +52,14 @@ def closed_unit(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """A share above 0 and at most 1 (``--slow-share``)."""
+    value = _number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must lie above 0 and at most 1, got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A count or an id of at least 1 (``--k``, ``--limit``, ``--run``), at most what the store
     holds (:data:`MAX_BIGINT`), so that it never reaches a query as a number out of range."""

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checkworthy.cli.checks import output_dir, positive_int
+from checkworthy.cli.checks import output_dir, positive_int, share
 from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.errors import DataError, UsageError
 
@@ -44,6 +44,12 @@ def add_adapt_arguments(p: argparse.ArgumentParser) -> None:
                    help="cross-fitting folds K, at least 2 (default: adapt.folds)")
     p.add_argument("--epochs", type=positive_int,
                    help="passes over each fold's labels (default: adapt.epochs)")
+    p.add_argument("--slow-model", metavar="SPEC",
+                   help="a slower, better classifier the lineage's stack also weighs, in any language, "
+                        "e.g. classifier:gemma-lora-ml (default: adapt.slow_model)")
+    p.add_argument("--slow-share", type=share,
+                   help="the share of the labelled claims, those the cheap stack is least sure of, whose "
+                        "band the slower model reads; 1: every claim (default: adapt.slow_share)")
     p.add_argument("--no-dvc", action="store_true", help="do not dvc add / dvc push the artefact")
 
 
@@ -71,16 +77,19 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         raise UsageError(f"--params: no such file {args.params}")
     settings = load_settings(Path(args.params))
     params = settings.params
-    s = AdaptSettings.of(settings.adapt, folds=args.folds, epochs=args.epochs)
+    s = AdaptSettings.of(settings.adapt, folds=args.folds, epochs=args.epochs, slow_model=args.slow_model,
+                         slow_share=args.slow_share)
     _check_settings(s, args.no_dvc)
     given = _labelled_file(args, s.folds)
     eng = get_engine()
     lab = _labels_in_force(eng, args, given, s.folds)
     command = " ".join(["checkworthy", *sys.argv[1:]])
-    english, start = adapt_start(lab, params, s)
+    minilm, start = adapt_start(lab, params, s)
+    stack = f"a TF-IDF and USE stack over {start}" + (
+        " (the labels are not English)" if s.slow_model is None else
+        f" and {s.slow_model} on {s.slow_share:.0%} of the labelled claims, those {start} is least sure of")
     print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
-          f"{s.folds} folds + 1, " + (f"{s.epochs} epochs each, from {start}" if english else
-                                      f"a TF-IDF and USE stack over {start} (the labels are not English)"))
+          f"{s.folds} folds + 1, " + (f"{s.epochs} epochs each, from {start}" if minilm else stack))
     out = adapt(eng, lab, params, s, int(params.get("seed", 0)),
                 dvc=None if args.no_dvc else DvcVersioning(ROOT, command), echo=print)
     print(f"model version {out.version_id}: {out.spec}")
@@ -92,11 +101,13 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 def _check_settings(s: AdaptSettings, no_dvc: bool) -> None:
     """Refuse an artefact root that cannot be written (or, versioned with DVC, lies outside the
-    project) and a model to continue from that cannot be read."""
+    project), a model to continue from that cannot be read and a slower model that cannot be one."""
+    from checkworthy.runs.adapt import slow_model_problem
+
     problem = output_dir("adapt.root", str(s.artefact_root))
     if problem is None and not no_dvc and not s.artefact_root.resolve().is_relative_to(ROOT.resolve()):
         problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
-    problem = problem or _start_problem(s.start)
+    problem = problem or _start_problem(s.start) or slow_model_problem(s.slow_model)
     if problem:
         raise UsageError(problem)
 

