@@ -14,8 +14,9 @@ CPU-second of the process (the machine is shared: wall time says as much about t
 Beside it the reference on the same L: char n-gram TF-IDF (2-5) + class-balanced logistic
 regression, F1 at 0.5, weighted F1 and AUC.
 With ``--adapt``, each group's lineage is then adapted (``checkworthy adapt --labeled L``: a
-non-English lineage's TF-IDF and USE stack over the shared model, cross-fitted; models in a scratch
-folder, not versioned) and predicted again: a row ``<group>-adapted`` with the lineage's champion.
+non-English lineage's TF-IDF and USE stack over the shared model, cross-fitted, or what
+``--trainer`` names; models in a scratch folder, not versioned) and predicted again: a row
+``<group>-adapted`` with the lineage's champion.
 Then, for each non-English language, "no labels of its own": L is the other four languages' L
 only, U the same: F1 of the decisions and whether they were withheld (the share automated).
 
@@ -42,6 +43,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import yaml
@@ -53,7 +55,7 @@ from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.runs.multilingual_set import Group, language_groups
 from checkworthy.runs.predict import PredictRequest, Recommended, artefact_root, predict
 from checkworthy.scorers.registry import configured_scorer
-from checkworthy.settings import load_settings
+from checkworthy.settings import Trainer, load_settings
 from checkworthy.store.engine import embedded_url, get_engine
 
 
@@ -143,10 +145,11 @@ def run_predict(name: str, labelled: list[Claim], held_out: list[Claim], work: P
                    classification_report(y, (score >= 0.5).astype(int))["f1_1"], *speed, load_s, predict_s)
 
 
-def scratch_params(work: Path) -> Path:
-    """params.yaml with ``adapt.root`` in ``work``: adapted models never land in models/."""
+def scratch_params(work: Path, trainer: str) -> Path:
+    """params.yaml with ``adapt.root`` in ``work`` (adapted models never land in models/) and
+    ``adapt.trainer``."""
     params = yaml.safe_load(PARAMS_FILE.read_text())
-    params["adapt"]["root"] = str(work / "models")
+    params["adapt"] |= {"root": str(work / "models"), "trainer": trainer}
     path = work / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
@@ -207,6 +210,8 @@ def main() -> None:
     parser.add_argument("--no-transfer", action="store_true", help="skip the 'no labels of its own' runs")
     parser.add_argument("--model", help="predict --model: this model for every group chosen instead of "
                                         "params.yaml's choice")
+    parser.add_argument("--trainer", choices=get_args(Trainer), default="auto",
+                        help="with --adapt: adapt.trainer (default auto)")
     parser.add_argument("--adapt", action="store_true",
                         help="then `checkworthy adapt` on each group's L (models in a scratch folder) and "
                              "predict again: the lineage's own model's figures")
@@ -229,7 +234,7 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        params = scratch_params(work) if args.adapt else None
+        params = scratch_params(work, args.trainer) if args.adapt else None
         for g in chosen:
             fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params)
             ref = reference(g.labelled, g.held_out)

@@ -189,8 +189,9 @@ def test_a_slower_model_reads_only_the_band_the_labels_fixed(adapted_slow, engin
     assert alone == pytest.approx(got[sent[0]], abs=1e-5)
 
 
-def test_english_labels_take_the_stack_when_a_slower_model_is_set(adapted):
-    """With a slower model, labels in any language are a stack's (the MiniLM path is English's without one)."""
+def test_english_labels_take_the_stack_when_a_slower_model_is_set_or_asked_for(adapted):
+    """With a slower model or ``adapt.trainer: stack``, labels in any language are a stack's (the
+    MiniLM path is English's without them)."""
     from checkworthy.config import load_params
 
     _, _, s = adapted
@@ -199,6 +200,7 @@ def test_english_labels_take_the_stack_when_a_slower_model_is_set(adapted):
                                         ("Thank you all for coming tonight, it is great to be here.", 0)])
     assert adapt_start(english, params, s) == (True, s.start)
     assert adapt_start(english, params, replace(s, slow_model=SLOW)) == (False, SHARED)
+    assert adapt_start(english, params, replace(s, trainer="stack")) == (False, SHARED)
 
 
 @pytest.mark.parametrize(("option", "message"), [
@@ -206,6 +208,8 @@ def test_english_labels_take_the_stack_when_a_slower_model_is_set(adapted):
                                "adapter of its own"),
     (["--slow-model", "classifier:no-such-model"], "adapt.slow_model 'classifier:no-such-model': no classifier"),
     (["--slow-share", "0"], "--slow-share: must lie above 0 and at most 1, got 0"),
+    (["--trainer", "minilm-lora", "--slow-model", SLOW], "adapt.slow_model 'classifier:gemma-lora-ml' is "
+                                                          "weighed by a stack, not by adapt.trainer minilm-lora"),
 ])
 def test_adapt_refuses_a_slower_model_it_cannot_use_before_training(spanish, use_db, capsys, option, message):
     root = spanish["tmp"] / "models"

@@ -23,6 +23,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 OpenUnit = Annotated[float, Field(gt=0, lt=1)]
 ClosedUnit = Annotated[float, Field(ge=0, le=1)]
 EfSearch = Annotated[int, Field(ge=1, le=1000)]
+#: what ``adapt`` trains (:func:`checkworthy.runs.adapt.adapt_start`)
+Trainer = Literal["auto", "minilm-lora", "stack"]
 
 
 class Section(BaseModel):
@@ -65,6 +67,9 @@ class AdaptSection(Section):
     (:class:`checkworthy.runs.adapt.AdaptSettings`)."""
 
     start: str = "minilm-lora"
+    #: what a lineage's model is: ``auto`` (a MiniLM LoRA for English labels without a slower model,
+    #: else the stack), ``minilm-lora`` or ``stack`` (:func:`checkworthy.runs.adapt.adapt_start`)
+    trainer: Trainer = "auto"
     folds: Annotated[int, Field(ge=2)] = 3
     epochs: PositiveInt = 1
     root: str = "models/classifier"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from checkworthy.cli.checks import output_dir, positive_int, share
 from checkworthy.config import PARAMS_FILE, ROOT
 from checkworthy.errors import DataError, UsageError
+from checkworthy.settings import Trainer
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -44,6 +45,10 @@ def add_adapt_arguments(p: argparse.ArgumentParser) -> None:
                    help="cross-fitting folds K, at least 2 (default: adapt.folds)")
     p.add_argument("--epochs", type=positive_int,
                    help="passes over each fold's labels (default: adapt.epochs)")
+    p.add_argument("--trainer", choices=get_args(Trainer),
+                   help="the lineage's model: auto (a MiniLM LoRA for English labels without a slower "
+                        "model, else the stack), minilm-lora, or stack: a TF-IDF and USE stack over the "
+                        "multilingual model (default: adapt.trainer)")
     p.add_argument("--slow-model", metavar="SPEC",
                    help="a slower, better classifier the lineage's stack also weighs, in any language, "
                         "e.g. classifier:gemma-lora-ml (default: adapt.slow_model)")
@@ -77,8 +82,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         raise UsageError(f"--params: no such file {args.params}")
     settings = load_settings(Path(args.params))
     params = settings.params
-    s = AdaptSettings.of(settings.adapt, folds=args.folds, epochs=args.epochs, slow_model=args.slow_model,
-                         slow_share=args.slow_share)
+    s = AdaptSettings.of(settings.adapt, folds=args.folds, epochs=args.epochs, trainer=args.trainer,
+                         slow_model=args.slow_model, slow_share=args.slow_share)
     _check_settings(s, args.no_dvc)
     given = _labelled_file(args, s.folds)
     eng = get_engine()
@@ -86,7 +91,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     command = " ".join(["checkworthy", *sys.argv[1:]])
     minilm, start = adapt_start(lab, params, s)
     stack = f"a TF-IDF and USE stack over {start}" + (
-        " (the labels are not English)" if s.slow_model is None else
+        ("" if lab.english else " (the labels are not English)") if s.slow_model is None else
         f" and {s.slow_model} on {s.slow_share:.0%} of the labelled claims, those {start} is least sure of")
     print(f"adapting {lab.lineage}: {len(lab.labels)} labelled texts ({sum(lab.labels)} check-worthy), "
           f"{s.folds} folds + 1, " + (f"{s.epochs} epochs each, from {start}" if minilm else stack))
@@ -101,13 +106,14 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 def _check_settings(s: AdaptSettings, no_dvc: bool) -> None:
     """Refuse an artefact root that cannot be written (or, versioned with DVC, lies outside the
-    project), a model to continue from that cannot be read and a slower model that cannot be one."""
-    from checkworthy.runs.adapt import slow_model_problem
+    project), a model to continue from that cannot be read, a trainer that cannot weigh the slower
+    model and a slower model that cannot be one."""
+    from checkworthy.runs.adapt import slow_model_problem, trainer_problem
 
     problem = output_dir("adapt.root", str(s.artefact_root))
     if problem is None and not no_dvc and not s.artefact_root.resolve().is_relative_to(ROOT.resolve()):
         problem = f"adapt.root {s.root}: outside the project, so DVC cannot version it; use --no-dvc"
-    problem = problem or _start_problem(s.start) or slow_model_problem(s.slow_model)
+    problem = problem or _start_problem(s.start) or trainer_problem(s) or slow_model_problem(s.slow_model)
     if problem:
         raise UsageError(problem)
 

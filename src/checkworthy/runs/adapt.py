@@ -80,7 +80,7 @@ from checkworthy.scorers.lineage_stack import LineageStack, stack_arrays
 from checkworthy.scorers.lora_classifier import MINILM, load_lora, sha256_bytes, verified_folder
 from checkworthy.scorers.multilingual import MODEL_FILE, TFIDF, load_multilingual, logit, npz_bytes
 from checkworthy.scorers.registry import configured_scorer
-from checkworthy.settings import AdaptSection, parse_section
+from checkworthy.settings import AdaptSection, Trainer, parse_section
 from checkworthy.store import lineages
 from checkworthy.store import model_registry as registry
 from checkworthy.store import rows as store
@@ -102,6 +102,8 @@ class AdaptSettings:
     epochs: int = ADAPT.epochs
     #: today's MiniLM LoRA classifier that every fit continues from
     start: str = ADAPT.start
+    #: ``auto``, ``minilm-lora`` or ``stack``: what the lineage's model is (:func:`adapt_start`)
+    trainer: Trainer = ADAPT.trainer
     #: where adapted models are saved (relative to the project root, or absolute)
     root: str = ADAPT.root
     lr: float = DEFAULTS["minilm"]["lr"]
@@ -378,12 +380,21 @@ def decision_reason(f: Mapping[str, Any]) -> str:
 
 
 def adapt_start(lab: Labelled, params: Mapping[str, Any], s: AdaptSettings) -> tuple[bool, str]:
-    """Whether the lineage's model is a MiniLM LoRA fine-tuned further (English labels and no slower
-    model), and what it starts from: ``s.start``, else ``predict.model_other_languages`` (the shared
-    model a stack is fitted over, with ``s.slow_model`` where one is set)."""
-    if lab.english and s.slow_model is None:
+    """Whether the lineage's model is a MiniLM LoRA fine-tuned further (``s.trainer`` ``minilm-lora``,
+    or ``auto`` with English labels and no slower model), and what it starts from: ``s.start``, else
+    ``predict.model_other_languages`` (the shared model a stack is fitted over, with
+    ``s.slow_model`` where one is set)."""
+    if s.trainer == "minilm-lora" or (s.trainer == "auto" and lab.english and s.slow_model is None):
         return True, s.start
     return False, Recommended.from_params(params).model_other_languages
+
+
+def trainer_problem(s: AdaptSettings) -> str | None:
+    """Why ``s.trainer`` cannot be used with the other settings (None: it can)."""
+    if s.trainer == "minilm-lora" and s.slow_model is not None:
+        return (f"adapt.slow_model {s.slow_model!r} is weighed by a stack, not by adapt.trainer "
+                "minilm-lora: use trainer auto or stack")
+    return None
 
 
 #: the model types a stack's slower model may be: one adapter scored on its own (not cross-fitted)
@@ -409,6 +420,9 @@ def adapt(engine: Engine, lab: Labelled, params: Mapping[str, Any], s: AdaptSett
           dvc: DvcVersioning | None, echo: Callable[[str], None] = lambda _: None) -> AdaptOutcome:
     """Train the lineage's cross-fitted model, version it with DVC as ``dvc`` says (None: not
     versioned), compare it with the champion on the lineage's labels, register it and decide."""
+    problem = trainer_problem(s)
+    if problem:
+        raise ValueError(problem)
     minilm, start = adapt_start(lab, params, s)
     if minilm:
         folder, folds = train_crossfit(lab, s, seed, echo)
