@@ -55,7 +55,7 @@ from checkworthy.method.metrics import classification_report, roc_auc
 from checkworthy.runs.multilingual_set import Group, language_groups
 from checkworthy.runs.predict import PredictRequest, Recommended, artefact_root, predict
 from checkworthy.scorers.registry import configured_scorer
-from checkworthy.settings import Trainer, load_settings
+from checkworthy.settings import Prior, Trainer, load_settings
 from checkworthy.store.engine import embedded_url, get_engine
 
 
@@ -108,11 +108,11 @@ def write_excluded(path: Path, gs: list[Group]) -> None:
 
 
 def run_predict(name: str, labelled: list[Claim], held_out: list[Claim], work: Path,
-                model: str | None = None, params: Path | None = None) -> Figures:
+                model: str | None = None, params: Path | None = None, prior: str | None = None) -> Figures:
     """``checkworthy predict`` of ``held_out`` against ``labelled`` (with ``--model model`` when
     given, params.yaml or ``params``); its decisions scored on U's labels, and the model's speed on U."""
     settings = load_settings(params) if params else load_settings()
-    rec = Recommended.of(settings.predict, model=model)
+    rec = Recommended.of(settings.predict, model=model, prior=prior)
     lab, unl, out = work / f"{name}-L.csv", work / f"{name}-U.csv", work / f"{name}-OUT.csv"
     write_claims(lab, labelled, labels=True)
     write_claims(unl, held_out, labels=False)
@@ -210,6 +210,8 @@ def main() -> None:
     parser.add_argument("--no-transfer", action="store_true", help="skip the 'no labels of its own' runs")
     parser.add_argument("--model", help="predict --model: this model for every group chosen instead of "
                                         "params.yaml's choice")
+    parser.add_argument("--prior", choices=get_args(Prior),
+                        help="predict --prior for every run (default: predict.prior)")
     parser.add_argument("--trainer", choices=get_args(Trainer), default="auto",
                         help="with --adapt: adapt.trainer (default auto)")
     parser.add_argument("--adapt", action="store_true",
@@ -236,20 +238,20 @@ def main() -> None:
         work = Path(tmp)
         params = scratch_params(work, args.trainer) if args.adapt else None
         for g in chosen:
-            fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params)
+            fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params, args.prior)
             ref = reference(g.labelled, g.held_out)
             rows.append({**asdict(fig), "reference": asdict(ref)})
             print(json.dumps(rows[-1]), flush=True)
             if params is not None:
                 adapted = run_adapt(g.name, work, params)
-                fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params)
+                fig = run_predict(g.name, g.labelled, g.held_out, work, args.model, params, args.prior)
                 rows.append({**asdict(replace(fig, group=f"{g.name}-adapted")), "reference": asdict(ref),
                              "adapt": adapted})
                 print(json.dumps(rows[-1]), flush=True)
         transfer: list[dict[str, object]] = []
         for g in (x for x in chosen if x.language != "en" and not args.no_transfer):
             lab = [c for h in others if h.name != g.name for c in h.labelled]
-            fig = run_predict(f"{g.name}-no-own", lab, g.held_out, work, args.model)
+            fig = run_predict(f"{g.name}-no-own", lab, g.held_out, work, args.model, prior=args.prior)
             transfer.append(asdict(fig))
             print(json.dumps(transfer[-1]), flush=True)
     print_tables(rows, transfer)

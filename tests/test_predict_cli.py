@@ -85,3 +85,32 @@ def test_batch_prior_moves_the_threshold_on_theta(use_db, files, capsys):
     with use_db.connect() as conn:
         paper = load_run(conn, conn.exec_driver_sql("SELECT max(id) FROM calibration_runs").scalar())
     assert paper["params"]["prevalence"]["from"] == "raw score" and paper["params"]["correction"] == "paper"
+
+
+def test_f1_prior_decides_at_the_cut_with_the_best_f1_on_the_labelled_file(use_db, files, capsys):
+    """``--prior f1``: decisions are theta >= the cut of :data:`~checkworthy.method.decision_cut.CUTS`
+    with the best positive-class F1 on L's leave-one-out theta, recorded with L's F1 there and at
+    0.5; the decide-or-review rule is certified at that cut, and the run is read back as an f1 run."""
+    from checkworthy.method.decision_cut import CUTS
+    from checkworthy.store.calibration_runs import load_results, load_run
+    from checkworthy.store.run_spec import RunRecord, RunSpec
+
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "5", "--model",
+                 "classifier:minilm-lr", "--score-kind", "p_positive", "--out", str(d / "f1.csv"),
+                 "--prior", "f1"]) == 0
+    printed = capsys.readouterr().out
+    assert "prior f1" in printed
+    assert "decisions at the cut with the best positive-class F1 on the labelled file: theta >= " in printed
+    with use_db.connect() as conn:
+        run = load_run(conn, conn.exec_driver_sql("SELECT max(id) FROM calibration_runs").scalar())
+        results = load_results(conn, run["id"])
+    prior = run["params"]["prior"]
+    t = prior["threshold_on_theta"]
+    assert prior["mode"] == "f1" and t in CUTS
+    assert prior["f1_labelled"] >= prior["f1_labelled_at_run_threshold"]
+    assert run["params"]["review"]["threshold"] == t
+    for r in results:
+        assert r["decision"] == (r["theta"] >= t)
+    assert RunRecord.of(run).threshold_on_theta(run["threshold"]) == t
+    assert RunSpec.from_row(run, run["label_set_id"], [r["claim_id"] for r in results]).methods.prior == "f1"

@@ -5,6 +5,7 @@ file's hash on every run ``calibrate`` and ``predict`` store, a blank code revis
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -72,6 +73,11 @@ def test_a_spec_is_read_back_from_its_row():
     row["params"] |= {"prior": {"mode": "batch"}, "review": {"risk": "error", "max_risk": 0.2, "delta": 0.05},
                       "knn": spec.methods.knn_path.as_dict()}
     assert RunSpec.from_row(row, 7, [5, 2]) == spec
+    f1 = replace(spec, methods=replace(spec.methods, prior="f1"))
+    f1_row = f1.to_row()
+    f1_row["params"] |= {"prior": {"mode": "f1", "threshold_on_theta": 0.31}}
+    assert RunSpec.from_row(f1_row, 7, [5, 2]).methods.prior == "f1"
+    assert run_key(f1, "fp") != run_key(spec, "fp")
     bare = spec.to_row() | {"params": {}, "interval_method": "z"}
     old = RunSpec.from_row(bare, 7, (2, 5))
     assert (old.methods.correction, old.methods.prior, old.methods.knn) == (DEFAULT_CORRECTION, "labelled", "exact")

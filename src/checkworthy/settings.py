@@ -23,6 +23,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 OpenUnit = Annotated[float, Field(gt=0, lt=1)]
 ClosedUnit = Annotated[float, Field(ge=0, le=1)]
 EfSearch = Annotated[int, Field(ge=1, le=1000)]
+#: what predict decides for (:data:`checkworthy.store.run_spec.PRIORS`)
+Prior = Literal["labelled", "batch", "f1"]
 #: what ``adapt`` trains (:func:`checkworthy.runs.adapt.adapt_start`)
 Trainer = Literal["auto", "minilm-lora", "stack"]
 
@@ -46,7 +48,7 @@ class PredictSettings(Section):
     k: PositiveInt = 10
     alpha: OpenUnit = 0.05
     threshold: ClosedUnit = 0.5
-    prior: Literal["labelled", "batch"] = "labelled"
+    prior: Prior = "labelled"
     review_risk: str = "error"
     max_risk: OpenUnit = 0.1
     delta: OpenUnit = 0.1

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
 from checkworthy.cli.calibrate import add_knn_options, add_name_option, add_review_options
 from checkworthy.cli.checks import closed_unit, open_unit, output_file, positive_int
 from checkworthy.config import PARAMS_FILE
 from checkworthy.errors import UsageError
+from checkworthy.settings import Prior
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--threshold", type=closed_unit, help="decision threshold, in [0, 1]")
     pr.add_argument("--interval", help="interval method (default: predict.interval)")
     pr.add_argument("--correction", help="correction (default: predict.correction)")
-    pr.add_argument("--prior", choices=("labelled", "batch"),
-                    help="decide for the labelled file's share of check-worthy claims (labelled) or for the "
-                         "batch's, estimated under label shift (batch); default: predict.prior")
+    pr.add_argument("--prior", choices=get_args(Prior),
+                    help="decide for the labelled file's share of check-worthy claims (labelled: theta >= "
+                         "the threshold), for the batch's, estimated under label shift (batch), or at the "
+                         "cut on theta with the best positive-class F1 on the labelled file (f1); "
+                         "default: predict.prior")
     pr.add_argument("--embedding",
                     help="the lineage's embedding space for kNN, drift and the heads: auto (MiniLM when the "
                          "labelled claims are English, else use-multilingual-v3), all-MiniLM-L6-v2 or "

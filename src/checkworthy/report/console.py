@@ -138,6 +138,11 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
         print(review_line(outcome))
     if outcome.prior and "batch" in outcome.prior:
         print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
+    elif outcome.prior and outcome.prior.get("mode") == "f1":
+        print(f"decisions at the cut with the best positive-class F1 on the labelled file: theta >= "
+              f"{outcome.prior['threshold_on_theta']:.2f} (its leave-one-out F1 there "
+              f"{outcome.prior['f1_labelled']:.3f}, optimistic: chosen on it; "
+              f"{outcome.prior['f1_labelled_at_run_threshold']:.3f} at the run's threshold)")
     if outcome.in_labelled:
         print(f"note: {len(outcome.in_labelled)} claims of {unlabelled} have the text of a claim of "
               f"{labelled} (first: row {outcome.in_labelled[0]}); the nearest neighbour of each is its "

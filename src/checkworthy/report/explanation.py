@@ -28,6 +28,16 @@ def language_line(lang: Mapping[str, Any]) -> str:
     return f"  language:   {lang['language']} ({said}; {lang['detector']})"
 
 
+def _threshold(d: Decision) -> str:
+    """The threshold the run decided at: its decide-or-review rule's (the batch's prior or the F1 cut
+    moves it off the run's own), else the run's."""
+    if d.review:
+        rule = ReviewRule.from_dict(d.review).threshold
+        if rule != d.row["threshold"]:
+            return f"{rule:.4g} (the run's {d.row['threshold']}, moved by its prior)"
+    return str(d.row["threshold"])
+
+
 def format_decision(d: Decision) -> str:
     """A human-readable lineage: text -> score -> label set -> neighbours -> theta -> run."""
     r = d.row
@@ -55,7 +65,7 @@ def format_decision(d: Decision) -> str:
         f"  theta:      {_f(r['theta'])} = score {_f(r['score'])} + mean residual "
         f"{_f(r['theta'] - r['score'])}; {100 * (1 - r['alpha']):.0f}% interval "
         f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}] ({r['interval_method']})",
-        f"  decision:   {verdict} (theta {'>=' if r['decision'] else '<'} threshold {r['threshold']})",
+        f"  decision:   {verdict} (theta {'>=' if r['decision'] else '<'} threshold {_threshold(d)})",
         f"  run:        started {r['run_started_at']}, finished {r['run_finished_at']}, flow run "
         f"{r['run_flow_run_id'] or '-'}, code {r['code_rev'] or '-'}, data version "
         f"{r['data_version_id'] or '-'} ({r['data_dvc_hash'] or '-'})",

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
+from checkworthy.method.decision_cut import f1_cut
 from checkworthy.method.drift import CALM, Drift, drift, drift_status, unlike_labelled, with_languages
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
@@ -292,11 +293,17 @@ def compute_methods(
     elif m.prior == "batch":
         prior = {"mode": "batch", "threshold_on_theta": threshold,
                  "note": f"no batch estimate ({prevalence.not_estimable}): L's prior"}
-    res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     k = fc.choice.k
+    theta_l = fc.choice.theta(Neighbourhood.loo(cal, k))
+    if m.prior == "f1":
+        cut = f1_cut(theta_l, cal.y, threshold)
+        threshold = cut.threshold
+        prior = {"mode": "f1", "threshold_on_theta": cut.threshold, "f1_labelled": cut.f1,
+                 "f1_labelled_at_run_threshold": cut.f1_at_run_threshold}
+    res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
                   drift_status(nq.distances[:, 0], figure, None if langs is None else langs.claims))
-    review = review_figure(spec, fc.choice.theta(Neighbourhood.loo(cal, k)), cal.y, batch, threshold)
+    review = review_figure(spec, theta_l, cal.y, batch, threshold)
     return res, used, RunRecord.from_json(f.fitted) | RunRecord(
         drift=figure, review=review, prevalence=prevalence.as_dict(), prior=prior,
         extra={"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])})

@@ -30,8 +30,9 @@ from checkworthy.store.rows import ScoreKey, sha256_text
 DEFAULT_CORRECTION = "paper"
 #: correction names a run accepts: the registry's, ``cv``, the predictors and ``auto``
 RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS, "auto")
-#: the class prior decisions are made for: L's (the paper's) or the batch's
-PRIORS = ("labelled", "batch")
+#: what decisions are made for: L's class prior (the paper's 0.5 on theta), the batch's, or the cut
+#: on theta with the best positive-class F1 on L (:mod:`checkworthy.method.decision_cut`)
+PRIORS = ("labelled", "batch", "f1")
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ class RunMethods:
     embed_model: str = EMBED_MODEL
     #: point correction (a :data:`RUN_CORRECTIONS` name)
     correction: str = DEFAULT_CORRECTION
-    #: the class prior decisions are made for: ``labelled`` (L's, the paper's) or ``batch`` (the
+    #: the class prior decisions are made for: ``labelled`` (L's, the paper's), ``batch`` (the
     #: batch's share estimated under label shift, :func:`checkworthy.method.prevalence.prior_threshold`)
+    #: or ``f1`` (the cut on theta with the best positive-class F1 on L)
     prior: str = "labelled"
     #: decide or review (:mod:`checkworthy.method.selective`): the risk bounded among the claims
     #: decided automatically, the bound, and the chance over L that the chosen rule exceeds it
@@ -109,7 +111,7 @@ class RunRecord:
     drift: Drift | None = None
     #: the batch's share of label 1 (:meth:`checkworthy.method.prevalence.Prevalence.as_dict`)
     prevalence: dict[str, Any] | None = None
-    #: the prior decided for when it is the batch's: ``mode``, ``threshold_on_theta``, ...
+    #: the prior decided for when it is not L's: ``mode`` (``batch`` or ``f1``), ``threshold_on_theta``, ...
     prior: dict[str, Any] | None = None
     #: what ``auto`` chose on L: ``chosen`` and its ``cv_f1_positive`` figures
     auto_choice: dict[str, Any] | None = None
@@ -165,11 +167,16 @@ class RunRecord:
     @property
     def batch_prior(self) -> bool:
         """Whether the run decided for the batch's prior."""
-        return (self.prior or {}).get("mode") == "batch"
+        return self.prior_mode == "batch"
+
+    @property
+    def prior_mode(self) -> str:
+        """What the run decided for (:data:`PRIORS`; a run that records none: ``labelled``)."""
+        return str((self.prior or {}).get("mode", "labelled"))
 
     def threshold_on_theta(self, threshold: float) -> float:
         """The threshold the run's decisions are theta >= (the run's own ``threshold`` unless it
-        decided for the batch's prior)."""
+        decided for the batch's prior or for F1 on L)."""
         return float((self.prior or {}).get("threshold_on_theta", threshold))
 
     @property
@@ -219,7 +226,7 @@ class RunSpec:
         methods = RunMethods(
             k=run["k"], alpha=run["alpha"], threshold=run["threshold"],
             interval_method=run["interval_method"], embed_model=run["embed_model"],
-            correction=record.used_correction, prior="batch" if record.batch_prior else "labelled",
+            correction=record.used_correction, prior=record.prior_mode,
             review_risk=review.get("risk", "error"), max_risk=review.get("max_risk", 0.1),
             delta=review.get("delta", 0.1), knn=path.path, ef_search=path.ef_search)
         key = ScoreKey(run["model_id"], run["prompt_version"], run["params_hash"], run["score_kind"])
