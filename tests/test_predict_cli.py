@@ -114,3 +114,7 @@ def test_f1_prior_decides_at_the_cut_with_the_best_f1_on_the_labelled_file(use_d
         assert r["decision"] == (r["theta"] >= t)
     assert RunRecord.of(run).threshold_on_theta(run["threshold"]) == t
     assert RunSpec.from_row(run, run["label_set_id"], [r["claim_id"] for r in results]).methods.prior == "f1"
+    with open(unl, newline="", encoding="utf-8") as fh:
+        first = next(csv.DictReader(fh))["id"]
+    assert main(["explain", first, "--run", str(run["id"])]) == 0
+    assert f"threshold {t:.4g} (the run's 0.5, moved by its prior)" in capsys.readouterr().out
