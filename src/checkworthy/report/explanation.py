@@ -10,6 +10,7 @@ from typing import Any
 
 from checkworthy.method.selective import ReviewRule
 from checkworthy.store.audit import Decision
+from checkworthy.store.run_spec import RunRecord
 
 
 def _f(value: float | None, digits: int = 4) -> str:
@@ -29,13 +30,11 @@ def language_line(lang: Mapping[str, Any]) -> str:
 
 
 def _threshold(d: Decision) -> str:
-    """The threshold the run decided at: its decide-or-review rule's (the batch's prior or the F1 cut
-    moves it off the run's own), else the run's."""
-    if d.review:
-        rule = ReviewRule.from_dict(d.review).threshold
-        if rule != d.row["threshold"]:
-            return f"{rule:.4g} (the run's {d.row['threshold']}, moved by its prior)"
-    return str(d.row["threshold"])
+    """The threshold the run decided at (:meth:`RunRecord.threshold_on_theta`: the batch's prior or
+    the F1 cut moves it off the run's own)."""
+    own = d.row["threshold"]
+    moved = RunRecord(prior=dict(d.prior) if d.prior else None).threshold_on_theta(own)
+    return str(own) if moved == own else f"{moved:.4g} (the run's {own}, moved by its prior)"
 
 
 def format_decision(d: Decision) -> str:

@@ -41,6 +41,9 @@ class Decision:
     neighbours: list[RowMapping] = field(default_factory=list)
     #: the run's decide-or-review rule (``calibration_runs.params->'review'``), None for older runs
     review: Mapping[str, Any] | None = None
+    #: what the run decided for when not L's prior (``calibration_runs.params->'prior'``: the batch's
+    #: prior or the F1 cut, with its ``threshold_on_theta``), None otherwise
+    prior: Mapping[str, Any] | None = None
     #: the run's review-queue entry for the claim (priority, reason, cause), None when it queued none
     queued: RowMapping | None = None
     #: people's answers for the claim (label, label update, when), oldest first
@@ -82,9 +85,9 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}
     for n in nbrs:
         by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
-    rules: dict[int, Mapping[str, Any] | None] = dict(conn.execute(
-        text("SELECT id, params->'review' FROM calibration_runs WHERE id = ANY(:r)"), {"r": run_ids}
-    ).tuples().all())
+    rules = {i: (review, prior) for i, review, prior in conn.execute(
+        text("SELECT id, params->'review', params->'prior' FROM calibration_runs WHERE id = ANY(:r)"),
+        {"r": run_ids}).tuples()}
     queued = {(q["run_id"], q["claim_id"]): q for q in conn.execute(
         text("SELECT run_id, claim_id, priority, reason, cause FROM review_queue WHERE claim_id = ANY(:c) "
              "AND run_id = ANY(:r)"),
@@ -100,7 +103,7 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
         {"c": list(map(int, claim_ids))}).mappings()}
     for d in out:
         d.language = languages.get(d.row["claim_id"])
-        d.review = rules.get(d.row["run_id"])
+        d.review, d.prior = rules.get(d.row["run_id"], (None, None))
         d.queued = queued.get((d.row["run_id"], d.row["claim_id"]))
         d.answers = answers.get(d.row["claim_id"], [])
     return out
