@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkworthy.method.decision_cut import CUTS, f1_cut
+from checkworthy.method.decision_cut import CUTS, class_weights, f1_cut
 
 
 def test_the_cut_with_the_best_f1_is_chosen() -> None:
@@ -22,3 +22,23 @@ def test_the_cut_with_the_best_f1_is_chosen() -> None:
 def test_a_cut_it_cannot_choose_is_refused(theta, y) -> None:
     with pytest.raises(ValueError, match="finite, of one length, and not empty"):
         f1_cut(theta, y, 0.5)
+
+
+def test_a_rarer_positive_class_in_the_batch_raises_the_cut() -> None:
+    """Balanced L, a batch with a fifth check-worthy: L weighted to the batch's share chooses the
+    cut that batch's F1 is best at, above the balanced L's own best cut (the label-shift case)."""
+    rng = np.random.default_rng(3)
+
+    def draw(n: int, share: float) -> tuple[np.ndarray, np.ndarray]:
+        y = (rng.uniform(size=n) < share).astype(int)
+        return 1 / (1 + np.exp(-rng.normal(np.where(y == 1, 1.0, -1.0), 1.0))), y
+
+    theta_l, y_l = draw(1_000, 0.5)
+    theta_b, y_b = draw(40_000, 0.2)
+    own, weighted = f1_cut(theta_l, y_l, 0.5), f1_cut(theta_l, y_l, 0.5, batch_share=0.2)
+    best_on_batch = f1_cut(theta_b, y_b, 0.5).threshold
+    assert own.threshold < weighted.threshold
+    assert abs(weighted.threshold - best_on_batch) < abs(own.threshold - best_on_batch)
+    w = class_weights(y_l, 0.2)
+    assert np.sum(w[y_l == 1]) / np.sum(w) == pytest.approx(0.2)
+    assert class_weights(np.array([1, 1]), 0.2).tolist() == [1.0, 1.0]  # one class only: unweighted

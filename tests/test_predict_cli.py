@@ -101,7 +101,7 @@ def test_f1_prior_decides_at_the_cut_with_the_best_f1_on_the_labelled_file(use_d
                  "--prior", "f1"]) == 0
     printed = capsys.readouterr().out
     assert "prior f1" in printed
-    assert "decisions at the cut with the best positive-class F1 on the labelled file: theta >= " in printed
+    assert "decisions at the cut with the best positive-class F1 on the labelled file" in printed
     with use_db.connect() as conn:
         run = load_run(conn, conn.exec_driver_sql("SELECT max(id) FROM calibration_runs").scalar())
         results = load_results(conn, run["id"])
@@ -109,6 +109,10 @@ def test_f1_prior_decides_at_the_cut_with_the_best_f1_on_the_labelled_file(use_d
     t = prior["threshold_on_theta"]
     assert prior["mode"] == "f1" and t in CUTS
     assert prior["f1_labelled"] >= prior["f1_labelled_at_run_threshold"]
+    share = run["params"]["prevalence"]["estimate"]  # L weighed to the batch's share where estimated
+    assert prior["weighted_to_batch_share"] == share
+    if share is not None:
+        assert f"weighted to this batch's estimated share of check-worthy claims {share:.3f}: theta >= " in printed
     assert run["params"]["review"]["threshold"] == t
     for r in results:
         assert r["decision"] == (r["theta"] >= t)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkworthy.method.selective import GRID, fit_review, needs_review
+from checkworthy.method.selective import GRID, distance, fit_review, needs_review
 
 TRIALS, M, POPULATION = 300, 600, 40_000
 
@@ -42,6 +42,34 @@ def test_the_bound_holds_in_all_but_about_delta_of_the_draws(risk, max_risk):
     slack = 3 * np.sqrt(delta * (1 - delta) / TRIALS)
     assert exceed / TRIALS <= delta + slack
     assert np.mean(shares) > 0.5  # an informative score leaves most claims decided automatically
+
+
+def test_the_distance_scales_each_side_of_the_threshold_to_the_same_length():
+    assert distance([0.0, 0.25, 0.625, 1.0], 0.25).tolist() == [0.5, 0.0, 0.25, 0.5]
+    theta = np.linspace(0, 1, 11)
+    assert np.array_equal(distance(theta, 0.5), np.abs(theta - 0.5))  # the paper's threshold: unscaled
+
+
+def test_at_a_cut_below_half_the_bound_holds_and_both_sides_are_decided():
+    """A cut of 0.3 (where an F1 cut lies for a rarer positive class): the margin on the scaled
+    distance still keeps the promise over draws, and automates confident claims on each side,
+    where an unscaled margin would first test the claims above the cut alone."""
+    rng = np.random.default_rng(5)
+    cut, delta, max_risk, trials = 0.3, 0.1, 0.1, 150
+    theta_p, y_p = draw(rng, POPULATION, prevalence=0.3)
+    exceed, below, above = 0, [], []
+    for _ in range(trials):
+        rule = fit_review(*draw(rng, M, prevalence=0.3), threshold=cut, max_risk=max_risk, delta=delta)
+        auto = rule.review(theta_p) == 0
+        exceed += bool(auto.any()) and float(((theta_p[auto] >= cut) != y_p[auto]).mean()) > max_risk
+        below.append(np.mean(auto & (theta_p < cut)))
+        above.append(np.mean(auto & (theta_p >= cut)))
+    assert exceed / trials <= delta + 3 * np.sqrt(delta * (1 - delta) / trials)
+    assert np.mean(below) > 0.3 and np.mean(above) > 0.05
+    rule = fit_review(*draw(rng, 2_000, prevalence=0.3), threshold=cut)
+    assert rule.margin is not None
+    assert "|theta - threshold| / 1.40 = 0.4286 >=" in rule.reason(0.9)
+    assert "|theta - threshold| / 0.60 = 0.5000 >=" in rule.reason(0.0)
 
 
 def test_the_margin_follows_the_risk_and_the_rule_is_recorded():

@@ -5,11 +5,19 @@ chosen on L by Learn-then-Test (Angelopoulos, Bates, Candès, Jordan and Lei, "L
 calibrating predictive algorithms to achieve risk control", 2021), so that with probability at
 least ``1 - delta`` over L the chosen rule's risk is at most ``max_risk``. Two risks:
 
-``error``  the share of wrong decisions among the claims decided automatically: claims with
-           ``|theta - threshold| >= margin`` are decided, the rest go to a person;
+``error``  the share of wrong decisions among the claims decided automatically: claims whose
+           distance from the threshold (:func:`distance`) is at least the margin are decided, the
+           rest go to a person;
 ``miss``   the share of check-worthy claims among those dismissed automatically: claims decided
-           check-worthy go on as such, and a dismissal is automatic only where
-           ``theta <= threshold - margin``; the rest go to a person.
+           check-worthy go on as such, and a dismissal is automatic only where the distance of
+           ``theta < threshold`` is at least the margin; the rest go to a person.
+
+The distance is ``|theta - threshold|`` at the paper's threshold of 0.5. Elsewhere (the F1 cut,
+the batch's prior) each side is scaled to the same length, so that a margin takes the same share of
+the room below the threshold as above it: with a symmetric margin, a cut at 0.25 leaves the side
+below it no room beyond a margin of 0.25, the first margins tested automate only the claims above
+the cut, and their errors stop the test before the confident dismissals are reached (measured:
+nothing automated in six of seven groups at the F1 cut, against 27-52% with the scaled distance).
 
 Procedure: for each margin of a fixed grid, from the widest (fewest automated) to 0, the null
 "risk > max_risk" is tested with the exact binomial p-value of the losses among L's automated
@@ -73,7 +81,7 @@ DRIFT_WORDS = {
               "this claim lies within it",
     NEW_LANGUAGE: "in a language none of the labelled claims is in",
 }
-#: margins tried, widest first: |theta - threshold| from 0.5 down to 0 in steps of 0.01
+#: margins tried, widest first: :func:`distance` from 0.5 down to 0 in steps of 0.01
 GRID = tuple(round(0.5 - 0.01 * i, 2) for i in range(51))
 
 
@@ -145,8 +153,10 @@ class ReviewRule:
             elif self.margin is None:
                 why = self.none_why()
             else:
-                why = (f"|theta - threshold| = {abs(value - self.threshold):.4f} {'<' if flagged else '>='} "
-                       f"margin {self.margin:.2f}")
+                side = float(side_length(value, self.threshold))
+                measure = "|theta - threshold|" + ("" if side == 1.0 else f" / {side:.2f}")
+                why = (f"{measure} = {float(distance(value, self.threshold)):.4f} "
+                       f"{'<' if flagged else '>='} margin {self.margin:.2f}")
             out.append(f"{'to a person' if flagged else 'decided automatically'} ({why}; {bound})")
         return out
 
@@ -196,14 +206,30 @@ def review_priority(theta: ArrayLike, threshold: float) -> NDArray[np.float64]:
     return priority
 
 
+def side_length(theta: ArrayLike, threshold: float) -> NDArray[np.float64]:
+    """Twice the length of the side of the threshold each theta lies on (``2 * threshold`` below
+    it, ``2 * (1 - threshold)`` at or above it): what :func:`distance` divides by, 1 at 0.5."""
+    t = np.asarray(theta, dtype=float)
+    side: NDArray[np.float64] = 2.0 * np.where(t < threshold, threshold, 1.0 - threshold)
+    return side
+
+
+def distance(theta: ArrayLike, threshold: float) -> NDArray[np.float64]:
+    """How far theta lies from the threshold, each side scaled to length 0.5: ``|theta - threshold|``
+    over :func:`side_length`; ``|theta - 0.5|`` at a threshold of 0.5. The margin is compared to it."""
+    t = np.asarray(theta, dtype=float)
+    d: NDArray[np.float64] = np.abs(t - threshold) / np.maximum(side_length(t, threshold), 1e-12)
+    return d
+
+
 def needs_review(theta: ArrayLike, threshold: float, risk: str, margin: float | None) -> NDArray[np.int_]:
     """The rule applied: 1 = to a person (see the module's two risks), 0 = decided automatically."""
     t = np.asarray(theta, dtype=float)
+    far = np.zeros(t.shape, bool) if margin is None else distance(t, threshold) >= margin - 1e-12
     if risk == "error":
-        auto = np.zeros(t.shape, bool) if margin is None else np.abs(t - threshold) >= margin - 1e-12
+        auto = far
     elif risk == "miss":
-        dismissed = t < threshold
-        auto = ~dismissed | (False if margin is None else t <= threshold - margin + 1e-12)
+        auto = (t >= threshold) | far
     else:
         raise ValueError(f"unknown risk {risk!r}; choose from {list(RISKS)}")
     return (~auto).astype(np.int_)

@@ -139,7 +139,11 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
     if outcome.prior and "batch" in outcome.prior:
         print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
     elif outcome.prior and outcome.prior.get("mode") == "f1":
-        print(f"decisions at the cut with the best positive-class F1 on the labelled file: theta >= "
+        share = outcome.prior.get("weighted_to_batch_share")
+        weighted = ("" if share is None else ", its classes weighted to this batch's estimated share of "
+                    f"check-worthy claims {share:.3f}")
+        print("decisions at the cut with the best positive-class F1 on the labelled file"
+              f"{weighted}: theta >= "
               f"{outcome.prior['threshold_on_theta']:.2f} (its leave-one-out F1 there "
               f"{outcome.prior['f1_labelled']:.3f}, optimistic: chosen on it; "
               f"{outcome.prior['f1_labelled_at_run_threshold']:.3f} at the run's threshold)")

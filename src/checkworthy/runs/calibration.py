@@ -296,10 +296,11 @@ def compute_methods(
     k = fc.choice.k
     theta_l = fc.choice.theta(Neighbourhood.loo(cal, k))
     if m.prior == "f1":
-        cut = f1_cut(theta_l, cal.y, threshold)
+        cut = f1_cut(theta_l, cal.y, threshold, prevalence.estimate)
         threshold = cut.threshold
         prior = {"mode": "f1", "threshold_on_theta": cut.threshold, "f1_labelled": cut.f1,
-                 "f1_labelled_at_run_threshold": cut.f1_at_run_threshold}
+                 "f1_labelled_at_run_threshold": cut.f1_at_run_threshold,
+                 "weighted_to_batch_share": prevalence.estimate}
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
                   drift_status(nq.distances[:, 0], figure, None if langs is None else langs.claims))
