@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkworthy.method.decision_cut import CUTS, class_weights, f1_cut
+from checkworthy.method.decision_cut import CUTS, auto_prior, class_weights, f1_cut
+from checkworthy.method.prevalence import Prevalence
 
 
 def test_the_cut_with_the_best_f1_is_chosen() -> None:
@@ -42,3 +43,21 @@ def test_a_rarer_positive_class_in_the_batch_raises_the_cut() -> None:
     w = class_weights(y_l, 0.2)
     assert np.sum(w[y_l == 1]) / np.sum(w) == pytest.approx(0.2)
     assert class_weights(np.array([1, 1]), 0.2).tolist() == [1.0, 1.0]  # one class only: unweighted
+
+
+def share(labelled: float, estimate: float | None, low: float | None, high: float | None) -> Prevalence:
+    """A batch's share as :func:`~checkworthy.method.prevalence.share_positive` reports it."""
+    return Prevalence(estimate, low, high, 0.3, labelled, labelled - 0.03, labelled + 0.03, 0.95, 1000, 300,
+                      None if estimate is not None else "no signal")
+
+
+@pytest.mark.parametrize(("p", "decided_as", "words"), [
+    (share(0.31, 0.29, 0.24, 0.35), "f1", "0.310 lies within the batch's 95% interval 0.240-0.350"),
+    (share(0.50, 0.29, 0.24, 0.35), "labelled", "0.500 lies outside the batch's 95% interval"),
+    (share(0.31, 0.30, None, None), "f1", "estimated share of check-worthy claims 0.300 (no interval) lies within"),
+    (share(0.50, 0.30, None, None), "labelled", "lies outside the labelled file's exact 95% interval 0.470-0.530"),
+    (share(0.31, None, None, None), "labelled", "not estimated (no signal)"),
+])
+def test_auto_takes_the_f1_cut_only_where_the_labelled_share_is_the_batchs(p, decided_as, words) -> None:
+    got, why = auto_prior(p)
+    assert got == decided_as and words in why

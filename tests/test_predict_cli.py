@@ -122,3 +122,34 @@ def test_f1_prior_decides_at_the_cut_with_the_best_f1_on_the_labelled_file(use_d
         first = next(csv.DictReader(fh))["id"]
     assert main(["explain", first, "--run", str(run["id"])]) == 0
     assert f"threshold {t:.4g} (the run's 0.5, moved by its prior)" in capsys.readouterr().out
+
+
+def test_auto_prior_records_what_it_decided_as_and_why(use_db, files, capsys):
+    """``--prior auto``: the F1 cut where L's share lies within the batch's estimated interval,
+    L's prior elsewhere; the run records both the mode (read back as ``auto``) and what it
+    decided as, with the reason, and decides at the recorded threshold."""
+    from checkworthy.method.decision_cut import auto_prior
+    from checkworthy.method.prevalence import stored_share
+    from checkworthy.store.calibration_runs import load_results, load_run
+    from checkworthy.store.run_spec import RunRecord, RunSpec
+
+    lab, unl, d = files
+    assert main(["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "5", "--model",
+                 "classifier:minilm-lr", "--score-kind", "p_positive", "--out", str(d / "auto.csv"),
+                 "--prior", "auto"]) == 0
+    printed = capsys.readouterr().out
+    with use_db.connect() as conn:
+        run = load_run(conn, conn.exec_driver_sql("SELECT max(id) FROM calibration_runs").scalar())
+        results = load_results(conn, run["id"])
+    prior = run["params"]["prior"]
+    decided_as, why = auto_prior(stored_share(run["params"]["prevalence"]))
+    assert (prior["mode"], prior["decided_as"], prior["why"]) == ("auto", decided_as, why)
+    assert f"prior auto, decided as {decided_as}: {why}" in printed
+    t = RunRecord.of(run).threshold_on_theta(run["threshold"])
+    assert ("f1_labelled" in prior) == (decided_as == "f1")
+    if decided_as == "labelled":
+        assert t == run["threshold"]
+    assert run["params"]["review"]["threshold"] == t
+    for r in results:
+        assert r["decision"] == (r["theta"] >= t)
+    assert RunSpec.from_row(run, run["label_set_id"], [r["claim_id"] for r in results]).methods.prior == "auto"

@@ -24,13 +24,13 @@ from checkworthy.testing.datasets import raw_path
 KEY = ScoreKey(3, "v1", "abc", "token_prob")
 
 #: run keys pinned (last changed when the decide-or-review rule came to be certified on the batch's
-#: labelled neighbours; the batch's prior's when a degenerate share estimate stopped moving its
-#: threshold): a stored run must be reused until what it computes changes
+#: labelled neighbours; the batch's prior's when the margin came to be measured with each side of the
+#: threshold scaled): a stored run must be reused until what it computes changes
 PINNED = [
     ({}, "dcbbbc306484b5d0574a2b7bd8b8c7e93aa9eb7265aba8d2702ebe164095ba7b"),
     ({"knn": "hnsw", "ef_search": 80}, "1e2b240fa967765120e97cccca87d91d7f18e6b765bf2749064cc89ea6491c88"),
     ({"correction": "auto", "interval_method": "mondrian", "prior": "batch", "max_risk": 0.2, "delta": 0.05},
-     "6344423ab3ef12a2efd97d32556bf90ceb5da894f0f1632b9e0251f1a5ee228c"),
+     "934b976192eb55b403d13395c4065224808d5090fcaa3a4d930c18a2bcba7a62"),
 ]
 
 

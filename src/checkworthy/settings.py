@@ -24,7 +24,7 @@ OpenUnit = Annotated[float, Field(gt=0, lt=1)]
 ClosedUnit = Annotated[float, Field(ge=0, le=1)]
 EfSearch = Annotated[int, Field(ge=1, le=1000)]
 #: what predict decides for (:data:`checkworthy.store.run_spec.PRIORS`)
-Prior = Literal["labelled", "batch", "f1"]
+Prior = Literal["labelled", "batch", "f1", "auto"]
 #: what ``adapt`` trains (:func:`checkworthy.runs.adapt.adapt_start`)
 Trainer = Literal["auto", "minilm-lora", "stack"]
 
@@ -48,7 +48,7 @@ class PredictSettings(Section):
     k: PositiveInt = 10
     alpha: OpenUnit = 0.05
     threshold: ClosedUnit = 0.5
-    prior: Prior = "labelled"
+    prior: Prior = "auto"
     review_risk: str = "error"
     max_risk: OpenUnit = 0.1
     delta: OpenUnit = 0.1

@@ -14,6 +14,11 @@ share of check-worthy claims (:mod:`checkworthy.method.prevalence`), each labell
 its class so that L's share becomes the batch's (the F1 L would show were it drawn like the batch,
 the classes' theta unchanged: the label-shift assumption the estimate itself makes).
 
+The same measurement chose the rule of the ``auto`` prior (:func:`auto_prior`): the cut where L's
+share of check-worthy claims is the batch's as far as the batch's estimate can tell (L a sample of
+the team's own stream), the paper's 0.5 where it is not (a balanced calibration sample against a
+stream, the paper's set-up), or where the share cannot be estimated.
+
 Limits: L's F1 at the chosen cut is optimistic (chosen on the same claims); the weighting holds only
 as far as the share estimate and the label-shift assumption do.
 """
@@ -25,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.metrics import f1_score
+
+from checkworthy.method.prevalence import Prevalence
 
 #: the cuts on theta tried: 0.05 to 0.95 in steps of 0.01
 CUTS = tuple(round(0.05 + 0.01 * i, 2) for i in range(91))
@@ -62,3 +69,25 @@ def f1_cut(theta_l: ArrayLike, y_l: ArrayLike, run_threshold: float,
 
     best = max(CUTS, key=lambda cut: (round(f1(cut), 12), -abs(cut - run_threshold)))
     return F1Cut(best, f1(best), f1(run_threshold))
+
+
+def auto_prior(p: Prevalence) -> tuple[str, str]:
+    """What the ``auto`` prior decides at, ``f1`` (:func:`f1_cut`) or ``labelled`` (the run's own
+    threshold), and why in words: ``f1`` when L's share of label 1 lies within the batch's estimated
+    share's interval (or, with an estimate but no interval, the estimate within L's exact interval),
+    so that the cut chosen on L speaks for the batch."""
+    if p.estimate is None:
+        return "labelled", f"the batch's share of check-worthy claims is not estimated ({p.not_estimable})"
+    if p.low is not None and p.high is not None:
+        inside = p.low <= p.labelled <= p.high
+        what = (f"the labelled file's share of check-worthy claims {p.labelled:.3f} lies "
+                f"{'within' if inside else 'outside'} the batch's {p.level:.0%} interval "
+                f"{p.low:.3f}-{p.high:.3f}")
+    else:
+        inside = p.labelled_low <= p.estimate <= p.labelled_high
+        what = (f"the batch's estimated share of check-worthy claims {p.estimate:.3f} (no interval) lies "
+                f"{'within' if inside else 'outside'} the labelled file's exact {p.level:.0%} interval "
+                f"{p.labelled_low:.3f}-{p.labelled_high:.3f}")
+    if inside:
+        return "f1", f"{what}: a cut chosen on the labelled file speaks for the batch"
+    return "labelled", f"{what}: a cut chosen on the labelled file would not speak for the batch"

@@ -136,17 +136,20 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
               f"check-worthy) {p.naive:.3f}; in the labelled file {p.labelled:.3f}")
     if outcome.review:
         print(review_line(outcome))
-    if outcome.prior and "batch" in outcome.prior:
-        print(f"decisions for the batch's prior: theta >= {outcome.prior['threshold_on_theta']:.3f}")
-    elif outcome.prior and outcome.prior.get("mode") == "f1":
-        share = outcome.prior.get("weighted_to_batch_share")
+    prior = outcome.prior or {}
+    if prior.get("mode") == "auto":
+        print(f"prior auto, decided as {prior['decided_as']}: {prior['why']}")
+    if prior.get("mode") == "batch" and "batch" in prior:
+        print(f"decisions for the batch's prior: theta >= {prior['threshold_on_theta']:.3f}")
+    elif "f1_labelled" in prior:
+        share = prior.get("weighted_to_batch_share")
         weighted = ("" if share is None else ", its classes weighted to this batch's estimated share of "
                     f"check-worthy claims {share:.3f}")
         print("decisions at the cut with the best positive-class F1 on the labelled file"
               f"{weighted}: theta >= "
-              f"{outcome.prior['threshold_on_theta']:.2f} (its leave-one-out F1 there "
-              f"{outcome.prior['f1_labelled']:.3f}, optimistic: chosen on it; "
-              f"{outcome.prior['f1_labelled_at_run_threshold']:.3f} at the run's threshold)")
+              f"{prior['threshold_on_theta']:.2f} (its leave-one-out F1 there "
+              f"{prior['f1_labelled']:.3f}, optimistic: chosen on it; "
+              f"{prior['f1_labelled_at_run_threshold']:.3f} at the run's threshold)")
     if outcome.in_labelled:
         print(f"note: {len(outcome.in_labelled)} claims of {unlabelled} have the text of a claim of "
               f"{labelled} (first: row {outcome.in_labelled[0]}); the nearest neighbour of each is its "

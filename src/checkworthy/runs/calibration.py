@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
-from checkworthy.method.decision_cut import f1_cut
+from checkworthy.method.decision_cut import auto_prior, f1_cut
 from checkworthy.method.drift import CALM, Drift, drift, drift_status, unlike_labelled, with_languages
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
@@ -295,12 +295,16 @@ def compute_methods(
                  "note": f"no batch estimate ({prevalence.not_estimable}): L's prior"}
     k = fc.choice.k
     theta_l = fc.choice.theta(Neighbourhood.loo(cal, k))
-    if m.prior == "f1":
+    decided_as, why = auto_prior(prevalence) if m.prior == "auto" else (m.prior, None)
+    if decided_as == "f1":
         cut = f1_cut(theta_l, cal.y, threshold, prevalence.estimate)
         threshold = cut.threshold
         prior = {"mode": "f1", "threshold_on_theta": cut.threshold, "f1_labelled": cut.f1,
                  "f1_labelled_at_run_threshold": cut.f1_at_run_threshold,
                  "weighted_to_batch_share": prevalence.estimate}
+    if m.prior == "auto":
+        prior = (prior or {"threshold_on_theta": threshold}) | {"mode": "auto", "decided_as": decided_as,
+                                                                 "why": why}
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
                   drift_status(nq.distances[:, 0], figure, None if langs is None else langs.claims))

@@ -30,9 +30,10 @@ from checkworthy.store.rows import ScoreKey, sha256_text
 DEFAULT_CORRECTION = "paper"
 #: correction names a run accepts: the registry's, ``cv``, the predictors and ``auto``
 RUN_CORRECTIONS = (*CORRECTIONS, "cv", *PREDICTOR_RUNS, "auto")
-#: what decisions are made for: L's class prior (the paper's 0.5 on theta), the batch's, or the cut
-#: on theta with the best positive-class F1 on L (:mod:`checkworthy.method.decision_cut`)
-PRIORS = ("labelled", "batch", "f1")
+#: what decisions are made for: L's class prior (the paper's 0.5 on theta), the batch's, the cut
+#: on theta with the best positive-class F1 on L (:mod:`checkworthy.method.decision_cut`), or that
+#: cut where L's share is the batch's and L's prior elsewhere (``auto``)
+PRIORS = ("labelled", "batch", "f1", "auto")
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,9 @@ class RunMethods:
     #: point correction (a :data:`RUN_CORRECTIONS` name)
     correction: str = DEFAULT_CORRECTION
     #: the class prior decisions are made for: ``labelled`` (L's, the paper's), ``batch`` (the
-    #: batch's share estimated under label shift, :func:`checkworthy.method.prevalence.prior_threshold`)
-    #: or ``f1`` (the cut on theta with the best positive-class F1 on L)
+    #: batch's share estimated under label shift, :func:`checkworthy.method.prevalence.prior_threshold`),
+    #: ``f1`` (the cut on theta with the best positive-class F1 on L) or ``auto`` (``f1`` where L's share
+    #: is the batch's, else ``labelled``: :func:`checkworthy.method.decision_cut.auto_prior`)
     prior: str = "labelled"
     #: decide or review (:mod:`checkworthy.method.selective`): the risk bounded among the claims
     #: decided automatically, the bound, and the chance over L that the chosen rule exceeds it
@@ -111,7 +113,8 @@ class RunRecord:
     drift: Drift | None = None
     #: the batch's share of label 1 (:meth:`checkworthy.method.prevalence.Prevalence.as_dict`)
     prevalence: dict[str, Any] | None = None
-    #: the prior decided for when it is not L's: ``mode`` (``batch`` or ``f1``), ``threshold_on_theta``, ...
+    #: the prior decided for when it is not L's: ``mode`` (``batch``, ``f1`` or ``auto``, with what
+    #: ``auto`` ``decided_as`` and ``why``), ``threshold_on_theta``, ...
     prior: dict[str, Any] | None = None
     #: what ``auto`` chose on L: ``chosen`` and its ``cv_f1_positive`` figures
     auto_choice: dict[str, Any] | None = None
@@ -269,17 +272,24 @@ REVIEW_ON = "the batch's labelled neighbours: kNN density ratio weights, Kish ef
 #: key of a run deciding for the batch's prior only: one stored when a degenerate estimate (no signal
 #: on L, a zero-width interval at 0 or 1) moved its threshold is never reused
 SHARE_ESTIMABLE = "TPR > FPR at the level; not beyond [0, 1]"
+#: what the decide-or-review margin is compared to (:func:`checkworthy.method.selective.distance`)
+#: and how the F1 cut weighs L, in the key of a run whose threshold may lie off 0.5 (another prior,
+#: another threshold): one stored when the margin was ``|theta - threshold|`` automated other claims
+MARGIN_ON = "each side of the threshold scaled to 0.5; the F1 cut with L weighted to the batch's share"
 
 
 def key_of(body: dict[str, Any]) -> str:
     """The run key of a spec's fields, of how drift acts (:data:`DRIFT_ACTS`) and of what the rule is
     certified on (:data:`REVIEW_ON`), and for the batch's prior of when its share is estimated
-    (:data:`SHARE_ESTIMABLE`); L's prior and the exact kNN, the defaults, are left out, as before
-    those fields existed."""
+    (:data:`SHARE_ESTIMABLE`), and where the threshold may lie off 0.5 of how the margin is measured
+    (:data:`MARGIN_ON`); L's prior and the exact kNN, the defaults, are left out, as before those
+    fields existed."""
     if body.get("prior") == "labelled":
         body = {k: v for k, v in body.items() if k != "prior"}
     elif body.get("prior") == "batch":
         body = body | {"share_estimable": SHARE_ESTIMABLE}
+    if body.get("prior", "labelled") != "labelled" or body.get("threshold", 0.5) != 0.5:
+        body = body | {"margin_on": MARGIN_ON}
     if body.get("knn", "exact") == "exact":
         body = {k: v for k, v in body.items() if k not in ("knn", "ef_search")}
     return sha256_text(json.dumps(body | {"drift_acts": DRIFT_ACTS, "review_on": REVIEW_ON},
