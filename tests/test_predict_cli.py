@@ -57,13 +57,13 @@ def test_predict_scores_calibrates_and_reports_the_batch_share(use_db, files, ca
 
 def test_batch_prior_moves_the_threshold_on_theta(use_db, files, capsys):
     """``--prior batch``: decisions are theta >= the threshold Bayes' rule gives for the batch's
-    estimated share, stored in the run's params; L's prior (the default) keeps 0.5."""
+    estimated share, stored in the run's params; L's prior keeps 0.5."""
     from checkworthy.store.calibration_runs import load_results, load_run
 
     lab, unl, d = files
     common = ["predict", "--labeled", str(lab), "--unlabeled", str(unl), "--k", "5",
               "--model", "classifier:minilm-lr", "--score-kind", "p_positive"]
-    assert main([*common, "--out", str(d / "labelled.csv")]) == 0
+    assert main([*common, "--out", str(d / "labelled.csv"), "--prior", "labelled"]) == 0
     assert main([*common, "--out", str(d / "batch.csv"), "--prior", "batch"]) == 0
     printed = capsys.readouterr().out
     assert "prior batch" in printed and "decisions for the batch's prior: theta >= " in printed
@@ -80,7 +80,8 @@ def test_batch_prior_moves_the_threshold_on_theta(use_db, files, capsys):
     assert main([*common, "--out", str(d / "x.csv"), "--prior", "uniform"]) == 2
     assert "--prior" in capsys.readouterr().err
     # the paper's path builds no leave-one-out lists: its share comes from the raw score's decisions
-    assert main([*common, "--out", str(d / "paper.csv"), "--correction", "paper", "--interval", "z"]) == 0
+    assert main([*common, "--out", str(d / "paper.csv"), "--correction", "paper", "--interval", "z",
+                 "--prior", "labelled"]) == 0
     assert "share check-worthy in this batch:" in capsys.readouterr().out
     with use_db.connect() as conn:
         paper = load_run(conn, conn.exec_driver_sql("SELECT max(id) FROM calibration_runs").scalar())
@@ -113,7 +114,8 @@ def test_f1_prior_decides_at_the_cut_with_the_best_f1_on_the_labelled_file(use_d
     assert prior["weighted_to_batch_share"] == share
     if share is not None:
         assert f"weighted to this batch's estimated share of check-worthy claims {share:.3f}: theta >= " in printed
-    assert run["params"]["review"]["threshold"] == t
+    assert run["params"]["review"]["threshold"] == t and run["params"]["review"]["threshold_from_labels"]
+    assert "approximate: the threshold was chosen on the same labelled claims" in printed
     for r in results:
         assert r["decision"] == (r["theta"] >= t)
     assert RunRecord.of(run).threshold_on_theta(run["threshold"]) == t
@@ -139,7 +141,8 @@ def test_auto_prior_records_what_it_decided_as_and_why(use_db, files, capsys):
                  "--prior", "auto"]) == 0
     printed = capsys.readouterr().out
     with use_db.connect() as conn:
-        run = load_run(conn, conn.exec_driver_sql("SELECT max(id) FROM calibration_runs").scalar())
+        run = load_run(conn, conn.exec_driver_sql(  # the newest auto run: an earlier one may be reused
+            "SELECT max(id) FROM calibration_runs WHERE params->'prior'->>'mode' = 'auto'").scalar())
         results = load_results(conn, run["id"])
     prior = run["params"]["prior"]
     decided_as, why = auto_prior(stored_share(run["params"]["prevalence"]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkworthy.method.selective import GRID, distance, fit_review, needs_review
+from checkworthy.method.selective import GRID, ReviewRule, distance, fit_review, needs_review
 
 TRIALS, M, POPULATION = 300, 600, 40_000
 
@@ -70,6 +70,10 @@ def test_at_a_cut_below_half_the_bound_holds_and_both_sides_are_decided():
     assert rule.margin is not None
     assert "|theta - threshold| / 1.40 = 0.4286 >=" in rule.reason(0.9)
     assert "|theta - threshold| / 0.60 = 0.5000 >=" in rule.reason(0.0)
+    assert "approximate" not in rule.promise()
+    chosen_on_l = fit_review(*draw(rng, 2_000, prevalence=0.3), threshold=cut, threshold_from_labels=True)
+    assert chosen_on_l.promise().endswith(", approximate: the threshold was chosen on the same labelled claims")
+    assert ReviewRule.from_dict(chosen_on_l.as_dict()) == chosen_on_l
 
 
 def test_the_margin_follows_the_risk_and_the_rule_is_recorded():

@@ -35,7 +35,7 @@ def test_production_extends_params_yaml():
 @pytest.mark.parametrize("override, message", [
     ({"predict": {"k": 0}}, "field 'predict.k': must be greater than 0, got 0"),
     ({"predict": {"k": "5"}}, "field 'predict.k': must be a valid integer, got '5'"),
-    ({"predict": {"prior": "uniform"}}, "field 'predict.prior': must be 'labelled', 'batch' or 'f1', got 'uniform'"),
+    ({"predict": {"prior": "uniform"}}, "field 'predict.prior': must be 'labelled', 'batch', 'f1' or 'auto', got 'uniform'"),
     ({"adapt": {"folds": 1}}, "field 'adapt.folds': must be greater than or equal to 2, got 1"),
     ({"adapt": {"epoch": 2}}, "field 'adapt.epoch': not a known option (a misspelt key?)"),
     ({"alpha": 1.5}, "field 'alpha': must be less than 1, got 1.5"),

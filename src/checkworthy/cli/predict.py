@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--prior", choices=get_args(Prior),
                     help="decide for the labelled file's share of check-worthy claims (labelled: theta >= "
                          "the threshold), for the batch's, estimated under label shift (batch), or at the "
-                         "cut on theta with the best positive-class F1 on the labelled file (f1); "
-                         "default: predict.prior")
+                         "cut on theta with the best positive-class F1 on the labelled file (f1), or at that "
+                         "cut where the labelled file's share lies within the batch's estimated interval and "
+                         "for the labelled file's share elsewhere (auto); default: predict.prior")
     pr.add_argument("--embedding",
                     help="the lineage's embedding space for kNN, drift and the heads: auto (MiniLM when the "
                          "labelled claims are English, else use-multilingual-v3), all-MiniLM-L6-v2 or "

@@ -86,13 +86,14 @@ class Batch:
 
 
 def review_figure(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Batch,
-                  threshold: float) -> dict[str, Any]:
+                  threshold: float, threshold_from_labels: bool = False) -> dict[str, Any]:
     """The decide-or-review rule chosen on L (leave-one-out theta), certified on the labelled claims
     like the batch (:meth:`Batch.weights`), and the share of the batch it decides automatically
-    (none that drift holds back), as the run records it (:attr:`RunRecord.review`)."""
+    (none that drift holds back), as the run records it (:attr:`RunRecord.review`);
+    ``threshold_from_labels``: the threshold is L's F1 cut."""
     m = spec.methods
     rule = fit_review(theta_l, y_l, threshold, m.review_risk, m.max_risk, m.delta,
-                      weights=batch.weights(len(y_l)))
+                      weights=batch.weights(len(y_l)), threshold_from_labels=threshold_from_labels)
     theta, status = batch.theta, batch.status
     share = float(np.mean(rule.review(theta, status) == 0)) if len(theta) else None
     return rule.as_dict() | {"automated_share": share}
@@ -308,7 +309,7 @@ def compute_methods(
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
                   drift_status(nq.distances[:, 0], figure, None if langs is None else langs.claims))
-    review = review_figure(spec, theta_l, cal.y, batch, threshold)
+    review = review_figure(spec, theta_l, cal.y, batch, threshold, threshold_from_labels=decided_as == "f1")
     return res, used, RunRecord.from_json(f.fitted) | RunRecord(
         drift=figure, review=review, prevalence=prevalence.as_dict(), prior=prior,
         extra={"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])})
