@@ -126,8 +126,8 @@ class ReviewRule:
     p_value: float | None
     n_neighbours: int | None = None
     n_effective: float | None = None
-    #: the threshold was chosen on the same labelled claims (the F1 cut): the rules tested were not
-    #: fixed before L was seen, so the promise is approximate, and says so
+    #: the threshold was chosen on the same labelled claims (the F1 cut; set by the caller, who chose
+    #: it): the rules tested were not fixed before L was seen, so the promise is approximate, and says so
     threshold_from_labels: bool = False
 
     def review(self, theta: ArrayLike, status: ArrayLike | None = None) -> NDArray[np.int_]:
@@ -281,8 +281,7 @@ def realised(theta: ArrayLike, y: ArrayLike, threshold: float, risk: str, margin
 
 
 def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk: str = "error",
-               max_risk: float = 0.1, delta: float = 0.1, weights: ArrayLike | None = None,
-               threshold_from_labels: bool = False) -> ReviewRule:
+               max_risk: float = 0.1, delta: float = 0.1, weights: ArrayLike | None = None) -> ReviewRule:
     """Choose the margin of :data:`GRID` on L by Learn-then-Test (fixed sequence, binomial p-values).
 
     Parameters
@@ -296,8 +295,6 @@ def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk:
         uses the weighted loss among the automated claims and their effective size (Kish's, at most
         L's times the share of the weight they hold). None: all of L, equally (the exact binomial
         test).
-    threshold_from_labels : the threshold was chosen on ``y_l`` too
-        (:attr:`ReviewRule.threshold_from_labels`).
     """
     if risk not in RISKS:
         raise ValueError(f"unknown risk {risk!r}; choose from {list(RISKS)}")
@@ -328,7 +325,7 @@ def fit_review(theta_l: ArrayLike, y_l: ArrayLike, threshold: float = 0.5, risk:
                                  else (int(np.count_nonzero(w)), round(kish(w), 1)))
     if chosen is None:
         return ReviewRule(risk, max_risk, delta, threshold, None, len(y), 0, None, None,
-                          n_neighbours, n_effective, threshold_from_labels)
+                          n_neighbours=n_neighbours, n_effective=n_effective)
     margin, n, share, p = chosen
     return ReviewRule(risk, max_risk, delta, threshold, margin, len(y), n, share, p,
-                      n_neighbours, n_effective, threshold_from_labels)
+                      n_neighbours=n_neighbours, n_effective=n_effective)

@@ -92,8 +92,8 @@ def review_figure(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Ba
     (none that drift holds back), as the run records it (:attr:`RunRecord.review`);
     ``threshold_from_labels``: the threshold is L's F1 cut."""
     m = spec.methods
-    rule = fit_review(theta_l, y_l, threshold, m.review_risk, m.max_risk, m.delta,
-                      weights=batch.weights(len(y_l)), threshold_from_labels=threshold_from_labels)
+    rule = replace(fit_review(theta_l, y_l, threshold, m.review_risk, m.max_risk, m.delta,
+                              weights=batch.weights(len(y_l))), threshold_from_labels=threshold_from_labels)
     theta, status = batch.theta, batch.status
     share = float(np.mean(rule.review(theta, status) == 0)) if len(theta) else None
     return rule.as_dict() | {"automated_share": share}
