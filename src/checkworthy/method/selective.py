@@ -195,7 +195,12 @@ class ReviewRule:
         return "no margin passed the test on L"
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """The rule as a run stores it; ``threshold_from_labels`` only where set (the rules stored
+        before it existed, and every rule at a fixed threshold, read the same)."""
+        out = asdict(self)
+        if not self.threshold_from_labels:
+            del out["threshold_from_labels"]
+        return out
 
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> ReviewRule:
