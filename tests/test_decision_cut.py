@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkworthy.method.decision_cut import CUTS, auto_prior, class_weights, f1_cut
+from checkworthy.method.corrections import class_weights
+from checkworthy.method.decision_cut import CUTS, auto_prior, f1_cut
 from checkworthy.method.prevalence import Prevalence
 
 
@@ -42,7 +43,9 @@ def test_a_rarer_positive_class_in_the_batch_raises_the_cut() -> None:
     assert abs(weighted.threshold - best_on_batch) < abs(own.threshold - best_on_batch)
     w = class_weights(y_l, 0.2)
     assert np.sum(w[y_l == 1]) / np.sum(w) == pytest.approx(0.2)
-    assert class_weights(np.array([1, 1]), 0.2).tolist() == [1.0, 1.0]  # one class only: unweighted
+    one_class = np.array([1, 1])  # one class only, or a share at 0 or 1: unweighted
+    assert f1_cut([0.2, 0.7], one_class, 0.5, batch_share=0.2) == f1_cut([0.2, 0.7], one_class, 0.5)
+    assert f1_cut(theta_l, y_l, 0.5, batch_share=0.0) == own
 
 
 def share(labelled: float, estimate: float | None, low: float | None, high: float | None) -> Prevalence:

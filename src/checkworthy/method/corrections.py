@@ -551,7 +551,9 @@ DEFAULT_GRID: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def _class_weights(y: IntArray, target_prevalence: float | None) -> FloatArray | None:
+def class_weights(y: IntArray, target_prevalence: float | None) -> FloatArray | None:
+    """Each labelled claim's weight by its class, so that the weighted share of label 1 is
+    ``target_prevalence`` (L read as if drawn at the batch's share: label shift); None for None."""
     if target_prevalence is None:
         return None
     if not 0 < target_prevalence < 1:
@@ -603,7 +605,7 @@ def select_by_cv(
     a negligible difference from the |L| a test claim sees.
     """
     grid = _checked_grid(cal, ks, grid)
-    weights = _class_weights(cal.y, target_prevalence)
+    weights = class_weights(cal.y, target_prevalence)
     folds = np.random.default_rng(seed).permutation(cal.m) % n_folds
     table = _cv_table(_CVFolds(cal, weights, folds, n_folds), grid, sorted(ks), thresholds)
     return CVResult(best=_first_best(table), table=tuple(table))

@@ -14,10 +14,10 @@ share of check-worthy claims (:mod:`checkworthy.method.prevalence`), each labell
 its class so that L's share becomes the batch's (the F1 L would show were it drawn like the batch,
 the classes' theta unchanged: the label-shift assumption the estimate itself makes).
 
-The same measurement chose the rule of the ``auto`` prior (:func:`auto_prior`): the cut where L's
-share of check-worthy claims is the batch's as far as the batch's estimate can tell (L a sample of
-the team's own stream), the paper's 0.5 where it is not (a balanced calibration sample against a
-stream, the paper's set-up), or where the share cannot be estimated.
+The ``auto`` prior (:func:`auto_prior`) guards against that case: it takes the cut where L's share
+of check-worthy claims is the batch's as far as the batch's estimate can tell (L a sample of the
+team's own stream), and the paper's 0.5 where it is not (a balanced calibration sample against a
+stream, the paper's set-up) or where the share cannot be estimated.
 
 Limits: L's F1 at the chosen cut is optimistic (chosen on the same claims); the weighting holds only
 as far as the share estimate and the label-shift assumption do.
@@ -28,9 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from sklearn.metrics import f1_score
 
+from checkworthy.method.corrections import class_weights
 from checkworthy.method.prevalence import Prevalence
 
 #: the cuts on theta tried: 0.05 to 0.95 in steps of 0.01
@@ -46,23 +47,17 @@ class F1Cut:
     f1_at_run_threshold: float
 
 
-def class_weights(y: NDArray[np.int_], batch_share: float) -> NDArray[np.float64]:
-    """Each labelled claim's weight so that the weighted share of label 1 is ``batch_share``."""
-    share = float(np.mean(y))
-    if not 0 < share < 1 or not 0 < batch_share < 1:
-        return np.ones(len(y))
-    return np.where(y == 1, batch_share / share, (1 - batch_share) / (1 - share))
-
-
 def f1_cut(theta_l: ArrayLike, y_l: ArrayLike, run_threshold: float,
            batch_share: float | None = None) -> F1Cut:
     """The cut of :data:`CUTS` with the best positive-class F1 of ``theta_l >= cut`` against
-    ``y_l`` (ties: nearest ``run_threshold``); with ``batch_share``, L weighted by class to it
-    (:func:`class_weights`)."""
+    ``y_l`` (ties: nearest ``run_threshold``); with ``batch_share`` strictly between 0 and 1 and
+    both classes in L, L weighted by class to it (:func:`~checkworthy.method.corrections.class_weights`),
+    else unweighted."""
     theta, y = np.asarray(theta_l, dtype=np.float64), np.asarray(y_l, dtype=int)
     if theta.shape != y.shape or theta.size == 0 or not np.isfinite(theta).all():
         raise ValueError("theta and the labels must be finite, of one length, and not empty")
-    weights = None if batch_share is None else class_weights(y, batch_share)
+    weighable = batch_share is not None and 0 < batch_share < 1 and 0 < float(np.mean(y)) < 1
+    weights = class_weights(y, batch_share) if weighable else None
 
     def f1(cut: float) -> float:
         return float(f1_score(y, (theta >= cut).astype(int), sample_weight=weights, zero_division=0))
