@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from checkworthy.method.corrections import class_weights
-from checkworthy.method.decision_cut import CUTS, auto_prior, f1_cut
-from checkworthy.method.prevalence import Prevalence
+from checkworthy.method.decision_cut import CUTS, PriorDecision, auto_prior, decide_prior, f1_cut
+from checkworthy.method.prevalence import Prevalence, prior_threshold
 
 
 def test_the_cut_with_the_best_f1_is_chosen() -> None:
@@ -64,3 +64,40 @@ def share(labelled: float, estimate: float | None, low: float | None, high: floa
 def test_auto_takes_the_f1_cut_only_where_the_labelled_share_is_the_batchs(p, decided_as, words) -> None:
     got, why = auto_prior(p)
     assert got == decided_as and words in why
+
+
+THETA_L = np.array([0.05, 0.1, 0.2, 0.3, 0.35, 0.6, 0.1, 0.25, 0.4, 0.05])
+Y_L = np.array([0, 0, 0, 1, 1, 1, 0, 1, 1, 0])
+
+
+def test_each_prior_gives_its_threshold_and_records_what_it_decided_at() -> None:
+    within, unknown = share(0.5, 0.29, 0.24, 0.55), share(0.5, None, None, None)
+    assert decide_prior("labelled", within, THETA_L, Y_L, 0.5) == (0.5, None)
+    t, batch = decide_prior("batch", within, THETA_L, Y_L, 0.5)
+    assert t == prior_threshold(0.5, 0.29, 0.5) == batch.threshold_on_theta
+    assert (batch.mode, batch.labelled, batch.batch, batch.from_labels) == ("batch", 0.5, 0.29, True)
+    t, none = decide_prior("batch", unknown, THETA_L, Y_L, 0.5)
+    assert t == 0.5 and none.note == "no batch estimate (no signal): L's prior" and not none.from_labels
+    t, cut = decide_prior("f1", within, THETA_L, Y_L, 0.5)
+    assert t == f1_cut(THETA_L, Y_L, 0.5, 0.29).threshold == cut.threshold_on_theta
+    assert cut.at_f1_cut and cut.from_labels and cut.weighted_to_batch_share == 0.29
+    t, auto = decide_prior("auto", within, THETA_L, Y_L, 0.5)
+    assert (t, auto.mode, auto.decided_as) == (cut.threshold_on_theta, "auto", "f1")
+    assert auto.f1_labelled == cut.f1_labelled and "lies within" in (auto.why or "")
+    t, fallback = decide_prior("auto", unknown, THETA_L, Y_L, 0.5)
+    assert t == 0.5 and (fallback.decided_as, fallback.threshold_on_theta) == ("labelled", 0.5)
+    assert not fallback.from_labels
+
+
+def test_a_prior_is_stored_as_before_and_read_back_unchanged() -> None:
+    """``params.prior`` keeps its keys: only what is set, and an F1 cut's share even when it was not
+    weighted (None)."""
+    _, unweighted = decide_prior("f1", share(0.5, None, None, None), THETA_L, Y_L, 0.5)
+    stored = unweighted.as_dict()
+    assert set(stored) == {"mode", "threshold_on_theta", "f1_labelled", "f1_labelled_at_run_threshold",
+                           "weighted_to_batch_share"} and stored["weighted_to_batch_share"] is None
+    _, auto = decide_prior("auto", share(0.5, None, None, None), THETA_L, Y_L, 0.5)
+    assert auto.as_dict() == {"mode": "auto", "threshold_on_theta": 0.5, "decided_as": "labelled",
+                              "why": auto.why}
+    for prior in (unweighted, auto):
+        assert PriorDecision.from_dict(prior.as_dict()) == prior

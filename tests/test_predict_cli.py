@@ -77,6 +77,10 @@ def test_batch_prior_moves_the_threshold_on_theta(use_db, files, capsys):
         t = prior["threshold_on_theta"]
         for r in load_results(conn, batch["id"]):
             assert r["decision"] == (r["theta"] >= t)
+        # the threshold reads L's share and L's confusion matrix: a bound certified on L is approximate
+        assert batch["params"]["review"]["threshold_from_labels"]
+        assert "threshold_from_labels" not in labelled["params"]["review"]
+    assert "approximate: the threshold was chosen on the same labelled claims" in printed
     assert main([*common, "--out", str(d / "x.csv"), "--prior", "uniform"]) == 2
     assert "--prior" in capsys.readouterr().err
     # the paper's path builds no leave-one-out lists: its share comes from the raw score's decisions

@@ -19,20 +19,25 @@ of check-worthy claims is the batch's as far as the batch's estimate can tell (L
 team's own stream), and the paper's 0.5 where it is not (a balanced calibration sample against a
 stream, the paper's set-up) or where the share cannot be estimated.
 
+:func:`decide_prior` applies a run's ``prior`` setting and returns the threshold with what to record
+(:class:`PriorDecision`, a run's ``params.prior``).
+
 Limits: L's F1 at the chosen cut is optimistic (chosen on the same claims); the weighting holds only
 as far as the share estimate and the label-shift assumption do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.metrics import f1_score
 
 from checkworthy.method.corrections import class_weights
-from checkworthy.method.prevalence import Prevalence
+from checkworthy.method.prevalence import Prevalence, prior_threshold
 
 #: the cuts on theta tried: 0.05 to 0.95 in steps of 0.01
 CUTS = tuple(round(0.05 + 0.01 * i, 2) for i in range(91))
@@ -86,3 +91,72 @@ def auto_prior(p: Prevalence) -> tuple[str, str]:
     if inside:
         return "f1", f"{what}: a cut chosen on the labelled file speaks for the batch"
     return "labelled", f"{what}: a cut chosen on the labelled file would not speak for the batch"
+
+
+@dataclass(frozen=True)
+class PriorDecision:
+    """What a run decided at when not at its own threshold for L's prior (a run's ``params.prior``):
+    its ``mode`` (``batch``, ``f1`` or ``auto``) and ``threshold_on_theta``; ``auto``'s
+    ``decided_as`` (``f1`` or ``labelled``) and ``why``; the batch prior's shares (``labelled``,
+    ``batch``) or ``note`` (no estimate); the F1 cut's leave-one-out F1 on L at it and at the run's
+    threshold, and the share L was weighted to (None: unweighted)."""
+
+    mode: str
+    #: None only in a record that predates it (decisions at the run's own threshold)
+    threshold_on_theta: float | None = None
+    decided_as: str | None = None
+    why: str | None = None
+    labelled: float | None = None
+    batch: float | None = None
+    note: str | None = None
+    f1_labelled: float | None = None
+    f1_labelled_at_run_threshold: float | None = None
+    weighted_to_batch_share: float | None = None
+
+    @property
+    def at_f1_cut(self) -> bool:
+        """Whether the decisions are at L's F1 cut."""
+        return self.f1_labelled is not None
+
+    @property
+    def from_labels(self) -> bool:
+        """Whether the threshold was derived from L's labels (the F1 cut, or the batch prior's
+        shares, whose estimate reads L's confusion matrix), so a bound certified on L at it is
+        approximate."""
+        return self.at_f1_cut or self.batch is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a run stores it: every field that is set (an F1 cut's share even when
+        None: it was not weighted)."""
+        return {k: v for k, v in asdict(self).items()
+                if v is not None or (k == "weighted_to_batch_share" and self.at_f1_cut)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PriorDecision:
+        """A stored record (:meth:`as_dict`)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def decide_prior(mode: str, p: Prevalence, theta_l: ArrayLike, y_l: ArrayLike, threshold: float
+                 ) -> tuple[float, PriorDecision | None]:
+    """The threshold on theta a run decides at for its prior setting ``mode`` (``labelled``,
+    ``batch``, ``f1`` or ``auto``), given the batch's share ``p``, L's leave-one-out theta and labels
+    and the run's own ``threshold``, with what to record (None: ``labelled``, at ``threshold``)."""
+    decided_as, why = auto_prior(p) if mode == "auto" else (mode, None)
+    prior: PriorDecision | None = None
+    if decided_as == "batch" and p.estimate is not None:
+        threshold = prior_threshold(p.labelled, p.estimate, threshold)
+        prior = PriorDecision("batch", threshold, labelled=p.labelled, batch=p.estimate)
+    elif decided_as == "batch":
+        prior = PriorDecision("batch", threshold, note=f"no batch estimate ({p.not_estimable}): L's prior")
+    elif decided_as == "f1":
+        cut = f1_cut(theta_l, y_l, threshold, p.estimate)
+        threshold = cut.threshold
+        prior = PriorDecision("f1", cut.threshold, f1_labelled=cut.f1,
+                              f1_labelled_at_run_threshold=cut.f1_at_run_threshold,
+                              weighted_to_batch_share=p.estimate)
+    if mode == "auto":
+        prior = PriorDecision(**(asdict(prior) if prior else {"threshold_on_theta": threshold})
+                              | {"mode": "auto", "decided_as": decided_as, "why": why})
+    return threshold, prior

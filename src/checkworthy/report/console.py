@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from checkworthy.method.decision_cut import PriorDecision
 from checkworthy.method.drift import another_kind
 from checkworthy.method.prevalence import stored_share
 from checkworthy.method.selective import ReviewRule
@@ -136,20 +137,8 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
               f"check-worthy) {p.naive:.3f}; in the labelled file {p.labelled:.3f}")
     if outcome.review:
         print(review_line(outcome))
-    prior = outcome.prior or {}
-    if prior.get("mode") == "auto":
-        print(f"prior auto, decided as {prior['decided_as']}: {prior['why']}")
-    if prior.get("mode") == "batch" and "batch" in prior:
-        print(f"decisions for the batch's prior: theta >= {prior['threshold_on_theta']:.3f}")
-    elif "f1_labelled" in prior:
-        share = prior.get("weighted_to_batch_share")
-        weighted = ("" if share is None else ", its classes weighted to this batch's estimated share of "
-                    f"check-worthy claims {share:.3f}")
-        print("decisions at the cut with the best positive-class F1 on the labelled file"
-              f"{weighted}: theta >= "
-              f"{prior['threshold_on_theta']:.2f} (its leave-one-out F1 there "
-              f"{prior['f1_labelled']:.3f}, optimistic: chosen on it; "
-              f"{prior['f1_labelled_at_run_threshold']:.3f} at the run's threshold)")
+    if outcome.prior:
+        print(prior_line(outcome.prior))
     if outcome.in_labelled:
         print(f"note: {len(outcome.in_labelled)} claims of {unlabelled} have the text of a claim of "
               f"{labelled} (first: row {outcome.in_labelled[0]}); the nearest neighbour of each is its "
@@ -167,6 +156,24 @@ def print_outcome(outcome: CalibrateOutcome, method: str, out: str, labelled: st
         print("nnppi by language: " + "; ".join(
             f"{lang} ({int(m['n'])} claims) F1 c1 {m['f1_1']:.3f}, weighted F1 {m['weighted_f1']:.3f}, "
             f"accuracy {m['accuracy']:.3f}" for lang, m in outcome.by_language.items()))
+
+
+def prior_line(prior: PriorDecision) -> str:
+    """What the run decided at when not at its own threshold, in words: what ``auto`` decided as
+    and why, then the batch prior's threshold or the F1 cut."""
+    lines = [f"prior auto, decided as {prior.decided_as}: {prior.why}"] if prior.mode == "auto" else []
+    if prior.batch is not None and prior.threshold_on_theta is not None:
+        lines.append(f"decisions for the batch's prior: theta >= {prior.threshold_on_theta:.3f}")
+    elif (prior.threshold_on_theta is not None and prior.f1_labelled is not None
+          and prior.f1_labelled_at_run_threshold is not None):
+        share = prior.weighted_to_batch_share
+        weighted = ("" if share is None else ", its classes weighted to this batch's estimated share of "
+                    f"check-worthy claims {share:.3f}")
+        lines.append("decisions at the cut with the best positive-class F1 on the labelled file"
+                     f"{weighted}: theta >= {prior.threshold_on_theta:.2f} (its leave-one-out F1 there "
+                     f"{prior.f1_labelled:.3f}, optimistic: chosen on it; "
+                     f"{prior.f1_labelled_at_run_threshold:.3f} at the run's threshold)")
+    return "\n".join(lines)
 
 
 def review_line(outcome: CalibrateOutcome) -> str:

@@ -33,7 +33,7 @@ def _threshold(d: Decision) -> str:
     """The threshold the run decided at (:meth:`RunRecord.threshold_on_theta`: the batch's prior or
     the F1 cut moves it off the run's own)."""
     own = d.row["threshold"]
-    moved = RunRecord(prior=dict(d.prior) if d.prior else None).threshold_on_theta(own)
+    moved = RunRecord(prior=d.prior).threshold_on_theta(own)
     return str(own) if moved == own else f"{moved:.4g} (the run's {own}, moved by its prior)"
 
 

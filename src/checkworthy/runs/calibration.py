@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 from checkworthy.config import EMBED_MODEL
 from checkworthy.method import nnppi
 from checkworthy.method.corrections import CORRECTIONS, LabelledSet, Neighbourhood
-from checkworthy.method.decision_cut import auto_prior, f1_cut
+from checkworthy.method.decision_cut import decide_prior
 from checkworthy.method.drift import CALM, Drift, drift, drift_status, unlike_labelled, with_languages
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.metrics import metric_rows
@@ -34,7 +34,7 @@ from checkworthy.method.predictor_choice import (
     correction_on,
     uses_head,
 )
-from checkworthy.method.prevalence import prior_threshold, share_positive, under_drift
+from checkworthy.method.prevalence import share_positive, under_drift
 from checkworthy.method.selective import fit_review, neighbour_weights
 from checkworthy.runs.review_queue import queue_run, review_flags
 from checkworthy.store.calibration_runs import complete_run, insert_results
@@ -90,7 +90,8 @@ def review_figure(spec: RunSpec, theta_l: np.ndarray, y_l: np.ndarray, batch: Ba
     """The decide-or-review rule chosen on L (leave-one-out theta), certified on the labelled claims
     like the batch (:meth:`Batch.weights`), and the share of the batch it decides automatically
     (none that drift holds back), as the run records it (:attr:`RunRecord.review`);
-    ``threshold_from_labels``: the threshold is L's F1 cut."""
+    ``threshold_from_labels``: the threshold was derived from L
+    (:attr:`~checkworthy.method.decision_cut.PriorDecision.from_labels`)."""
     m = spec.methods
     rule = replace(fit_review(theta_l, y_l, threshold, m.review_risk, m.max_risk, m.delta,
                               weights=batch.weights(len(y_l))), threshold_from_labels=threshold_from_labels)
@@ -286,30 +287,14 @@ def compute_methods(
                                 m.alpha)
     if unlike_labelled(figure):
         prevalence = under_drift(prevalence)
-    threshold, prior = fc.choice.threshold, None
-    if m.prior == "batch" and prevalence.estimate is not None:
-        threshold = prior_threshold(prevalence.labelled, prevalence.estimate, fc.choice.threshold)
-        prior = {"mode": "batch", "labelled": prevalence.labelled, "batch": prevalence.estimate,
-                 "threshold_on_theta": threshold}
-    elif m.prior == "batch":
-        prior = {"mode": "batch", "threshold_on_theta": threshold,
-                 "note": f"no batch estimate ({prevalence.not_estimable}): L's prior"}
     k = fc.choice.k
     theta_l = fc.choice.theta(Neighbourhood.loo(cal, k))
-    decided_as, why = auto_prior(prevalence) if m.prior == "auto" else (m.prior, None)
-    if decided_as == "f1":
-        cut = f1_cut(theta_l, cal.y, threshold, prevalence.estimate)
-        threshold = cut.threshold
-        prior = {"mode": "f1", "threshold_on_theta": cut.threshold, "f1_labelled": cut.f1,
-                 "f1_labelled_at_run_threshold": cut.f1_at_run_threshold,
-                 "weighted_to_batch_share": prevalence.estimate}
-    if m.prior == "auto":
-        prior = (prior or {"threshold_on_theta": threshold}) | {"mode": "auto", "decided_as": decided_as,
-                                                                 "why": why}
+    threshold, prior = decide_prior(m.prior, prevalence, theta_l, cal.y, fc.choice.threshold)
     res, used = apply_run(spec, pool, fc, nq, c, theta_in, threshold)
     batch = Batch(res.theta, pool.positions(nq.neighbour_ids[:, :k]),
                   drift_status(nq.distances[:, 0], figure, None if langs is None else langs.claims))
-    review = review_figure(spec, theta_l, cal.y, batch, threshold, threshold_from_labels=decided_as == "f1")
+    review = review_figure(spec, theta_l, cal.y, batch, threshold,
+                           threshold_from_labels=prior is not None and prior.from_labels)
     return res, used, RunRecord.from_json(f.fitted) | RunRecord(
         drift=figure, review=review, prevalence=prevalence.as_dict(), prior=prior,
         extra={"k_used": k, "neighbour_columns": int(nq.neighbour_ids.shape[1])})

@@ -25,6 +25,7 @@ from checkworthy.data.outputs import atomic_text
 from checkworthy.data.user_csv import id_and_text, parse_decimal, read_rows
 from checkworthy.errors import DataError, OutputUnwritable, UsageError
 from checkworthy.method import metrics
+from checkworthy.method.decision_cut import PriorDecision
 from checkworthy.method.drift import Drift
 from checkworthy.runs.calibration import queued_claims
 from checkworthy.runs.calibration_run import RunOutcome, run_or_reuse
@@ -124,8 +125,8 @@ class CalibrateOutcome:
     #: the batch's share of check-worthy claims (:mod:`checkworthy.method.prevalence`), when the
     #: run computed it
     prevalence: dict[str, Any] | None = None
-    #: the prior decisions were made for, when it is the batch's (the threshold on theta it gave)
-    prior: dict[str, Any] | None = None
+    #: what the run decided at when not at its own threshold for L's prior
+    prior: PriorDecision | None = None
     #: what the ``auto`` correction chose on L, with each candidate's cross-validated figure
     auto_choice: dict[str, Any] | None = None
     #: the decide-or-review rule chosen on L (:mod:`checkworthy.method.selective`) and how many of

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, RowMapping, text
 
 from checkworthy.config import quiet_offline_env
+from checkworthy.method.decision_cut import PriorDecision
 from checkworthy.store.engine import PIPELINE_ROLE, database_url, ensure_login, get_engine
 
 AUDITOR_ROLE = "checkworthy_auditor"
@@ -41,9 +42,9 @@ class Decision:
     neighbours: list[RowMapping] = field(default_factory=list)
     #: the run's decide-or-review rule (``calibration_runs.params->'review'``), None for older runs
     review: Mapping[str, Any] | None = None
-    #: what the run decided for when not L's prior (``calibration_runs.params->'prior'``: the batch's
-    #: prior or the F1 cut, with its ``threshold_on_theta``), None otherwise
-    prior: Mapping[str, Any] | None = None
+    #: what the run decided at when not at its own threshold for L's prior
+    #: (``calibration_runs.params->'prior'``), None otherwise
+    prior: PriorDecision | None = None
     #: the run's review-queue entry for the claim (priority, reason, cause), None when it queued none
     queued: RowMapping | None = None
     #: people's answers for the claim (label, label update, when), oldest first
@@ -85,7 +86,7 @@ def explain(conn: Connection, claim_ids: Sequence[int], run_id: int | None = Non
     by_key = {(d.row["run_id"], d.row["claim_id"]): d for d in out}
     for n in nbrs:
         by_key[(n["run_id"], n["claim_id"])].neighbours.append(n)
-    rules = {i: (review, prior) for i, review, prior in conn.execute(
+    rules = {i: (review, prior and PriorDecision.from_dict(prior)) for i, review, prior in conn.execute(
         text("SELECT id, params->'review', params->'prior' FROM calibration_runs WHERE id = ANY(:r)"),
         {"r": run_ids}).tuples()}
     queued = {(q["run_id"], q["claim_id"]): q for q in conn.execute(

@@ -18,6 +18,7 @@ from typing import Any
 from checkworthy.config import EF_SEARCH, EMBED_MODEL
 from checkworthy.data.versioning import git_rev
 from checkworthy.method.corrections import CORRECTIONS
+from checkworthy.method.decision_cut import PriorDecision
 from checkworthy.method.drift import Drift
 from checkworthy.method.intervals import INTERVAL_METHODS
 from checkworthy.method.nnppi import THRESHOLD
@@ -113,9 +114,8 @@ class RunRecord:
     drift: Drift | None = None
     #: the batch's share of label 1 (:meth:`checkworthy.method.prevalence.Prevalence.as_dict`)
     prevalence: dict[str, Any] | None = None
-    #: the prior decided for when it is not L's: ``mode`` (``batch``, ``f1`` or ``auto``, with what
-    #: ``auto`` ``decided_as`` and ``why``), ``threshold_on_theta``, ...
-    prior: dict[str, Any] | None = None
+    #: what the run decided at when not at its own threshold for L's prior
+    prior: PriorDecision | None = None
     #: what ``auto`` chose on L: ``chosen`` and its ``cv_f1_positive`` figures
     auto_choice: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -132,14 +132,16 @@ class RunRecord:
         known: dict[str, Any] = {k: params[k] for k in _RECORD_FIELDS if params.get(k) is not None}
         if "drift" in known:
             known["drift"] = Drift.from_dict(known["drift"])
+        if "prior" in known:
+            known["prior"] = PriorDecision.from_dict(known["prior"])
         return cls(**known, extra={k: v for k, v in params.items() if k not in _RECORD_FIELDS})
 
     def to_json(self) -> dict[str, Any]:
-        """The record as ``params`` stores it: every field that is set (the drift figure by
-        :meth:`Drift.as_dict`), then ``extra``."""
+        """The record as ``params`` stores it: every field that is set (the drift figure and the
+        prior by their ``as_dict``), then ``extra``."""
         out = {k: getattr(self, k) for k in _RECORD_FIELDS if getattr(self, k) is not None}
-        return {k: v.as_dict() if isinstance(v, Drift) else dict(v) if isinstance(v, Mapping) else v
-                for k, v in out.items()} | dict(self.extra)
+        return {k: v.as_dict() if isinstance(v, Drift | PriorDecision) else dict(v) if isinstance(v, Mapping)
+                else v for k, v in out.items()} | dict(self.extra)
 
     def __or__(self, other: RunRecord) -> RunRecord:
         """This record with what ``other`` records added (``other``'s where both record a key),
@@ -175,12 +177,13 @@ class RunRecord:
     @property
     def prior_mode(self) -> str:
         """What the run decided for (:data:`PRIORS`; a run that records none: ``labelled``)."""
-        return str((self.prior or {}).get("mode", "labelled"))
+        return self.prior.mode if self.prior else "labelled"
 
     def threshold_on_theta(self, threshold: float) -> float:
         """The threshold the run's decisions are theta >= (the run's own ``threshold`` unless it
         decided for the batch's prior or for F1 on L)."""
-        return float((self.prior or {}).get("threshold_on_theta", threshold))
+        t = self.prior.threshold_on_theta if self.prior else None
+        return threshold if t is None else float(t)
 
     @property
     def chosen(self) -> str | None:
