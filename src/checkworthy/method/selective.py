@@ -127,8 +127,9 @@ class ReviewRule:
     p_value: float | None
     n_neighbours: int | None = None
     n_effective: float | None = None
-    #: the threshold was chosen on the same labelled claims (the F1 cut; set by the caller, who chose
-    #: it): the rules tested were not fixed before L was seen, so the promise is approximate, and says so
+    #: the threshold was chosen on the same labelled claims (the F1 cut, or the batch prior's, which
+    #: reads L's share; set by the caller, who chose it): the rules tested were not fixed before L was
+    #: seen, so the promise is approximate, and says so
     threshold_from_labels: bool = False
 
     def review(self, theta: ArrayLike, status: ArrayLike | None = None) -> NDArray[np.int_]:
